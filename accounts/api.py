@@ -1,0 +1,213 @@
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, mixins, serializers, viewsets
+from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
+
+from accounts import services
+from accounts.filters import ApiTokenFilterSet, MembershipFilterSet, TenantFilterSet
+from accounts.models import ApiToken, Membership, Tenant, TenantRole, TokenScope
+from projects.models import Project
+from projects.permissions import get_object_for_user
+
+User = get_user_model()
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Tenant
+        fields = ["id", "name", "slug", "description", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        # Uniqueness is checked by the service, which answers with the same 400.
+        extra_kwargs = {"slug": {"validators": []}}
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
+    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
+    role = serializers.ChoiceField(choices=TenantRole.choices, default=TenantRole.MEMBER)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "tenant", "user", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        validators = []
+
+
+class MembershipUpdateSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Membership
+        fields = ["id", "tenant", "user", "role", "created_at"]
+        read_only_fields = ["id", "tenant", "user", "created_at"]
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    project = serializers.PrimaryKeyRelatedField(
+        queryset=Project.objects.all(), required=False, allow_null=True
+    )
+    status = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "key_prefix",
+            "scope",
+            "project",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "status",
+        ]
+        read_only_fields = [
+            "id",
+            "key_prefix",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+            "status",
+        ]
+
+
+class NewApiTokenSerializer(ApiTokenSerializer):
+    key = serializers.CharField(read_only=True, help_text="The secret. Shown once, never again.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "key"]
+
+
+class TenantViewSet(viewsets.ModelViewSet):
+    queryset = Tenant.objects.none()  # for the schema; requests use get_queryset
+    serializer_class = TenantSerializer
+    filterset_class = TenantFilterSet
+    permission_actions = {
+        "list": "tenant.view",
+        "retrieve": "tenant.view",
+        "create": "authenticated",
+        "update": "tenant.change",
+        "partial_update": "tenant.change",
+        "destroy": "tenant.delete",
+    }
+
+    def get_queryset(self):
+        return Tenant.objects.visible_to(self.request.user)
+
+    def perform_create(self, serializer):
+        serializer.instance = services.create_tenant(
+            actor=self.request.user, **serializer.validated_data
+        )
+
+    def perform_update(self, serializer):
+        serializer.instance = services.update_tenant(
+            actor=self.request.user, tenant=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance):
+        services.delete_tenant(actor=self.request.user, tenant=instance)
+
+
+class MembershipViewSet(viewsets.ModelViewSet):
+    queryset = Membership.objects.none()
+    filterset_class = MembershipFilterSet
+    http_method_names = ["get", "post", "patch", "put", "delete", "head", "options"]
+    permission_actions = {
+        "list": "membership.view",
+        "retrieve": "membership.view",
+        "create": "membership.manage",
+        "update": "membership.manage",
+        "partial_update": "membership.manage",
+        "destroy": "membership.manage",
+    }
+
+    def get_queryset(self):
+        return Membership.objects.visible_to(self.request.user).select_related("user", "tenant")
+
+    def get_serializer_class(self):
+        return (
+            MembershipUpdateSerializer
+            if self.action in ("update", "partial_update")
+            else MembershipSerializer
+        )
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        tenant = get_object_for_user(
+            self.request.user,
+            Tenant,
+            "membership.manage",
+            token=self.request.auth,
+            pk=data["tenant"].pk,
+        )
+        serializer.instance = services.add_member(
+            actor=self.request.user, tenant=tenant, user=data["user"], role=data["role"]
+        )
+
+    def perform_update(self, serializer):
+        role = serializer.validated_data.get("role", serializer.instance.role)
+        serializer.instance = services.change_member_role(
+            actor=self.request.user, membership=serializer.instance, role=role
+        )
+
+    def perform_destroy(self, instance):
+        services.remove_member(actor=self.request.user, membership=instance)
+
+
+class ApiTokenViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Personal API tokens. DELETE revokes (the row is kept for the record)."""
+
+    queryset = ApiToken.objects.none()
+    serializer_class = ApiTokenSerializer
+    filterset_class = ApiTokenFilterSet
+    throttle_scope = "token_create"
+    permission_actions = {"*": "authenticated"}
+
+    def get_throttles(self):
+        return [ScopedRateThrottle()] if self.action == "create" else []
+
+    def get_queryset(self):
+        return ApiToken.objects.visible_to(self.request.user).select_related("project")
+
+    @extend_schema(responses=NewApiTokenSerializer)
+    def create(self, request, *args, **kwargs):
+        serializer = ApiTokenSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project = data.get("project")
+        if project is not None:
+            project = get_object_for_user(request.user, Project, "project.view", pk=project.pk)
+        token, key = services.create_api_token(
+            actor=request.user,
+            name=data["name"],
+            scope=data.get("scope", TokenScope.READ),
+            project=project,
+            expires_at=data.get("expires_at"),
+        )
+        token.key = key
+        return Response(NewApiTokenSerializer(token).data, status=201)
+
+    def perform_destroy(self, instance):
+        services.revoke_api_token(actor=self.request.user, token=instance)
+
+
+class MeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = User
+        fields = ["id", "username", "email", "first_name", "last_name", "is_staff"]
+
+
+class MeView(generics.RetrieveAPIView):
+    """The signed-in user (handy to check a token)."""
+
+    serializer_class = MeSerializer
+    permission_actions = {"*": "authenticated"}
+
+    def get_object(self):
+        return self.request.user

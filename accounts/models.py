@@ -1,0 +1,165 @@
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+from django.db.models import Exists, OuterRef
+from django.urls import reverse
+from django.utils import timezone
+
+
+class User(AbstractUser):
+    """A person who signs in: local account or mapped from the identity provider."""
+
+    email = models.EmailField("email address", blank=True)
+
+    class Meta:
+        ordering = ["username"]
+
+    def __str__(self):
+        return self.get_full_name() or self.username
+
+
+class TenantRole(models.TextChoices):
+    # Ordered from least to most powerful: the permission matrix relies on it.
+    MEMBER = "member", "Member"
+    ADMIN = "admin", "Admin"
+    OWNER = "owner", "Owner"
+
+
+class TenantQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self
+        return self.filter(Exists(Membership.objects.filter(tenant=OuterRef("pk"), user=user)))
+
+
+class Tenant(models.Model):
+    """A lab or team: the unit of isolation. Every other row traces back to one tenant."""
+
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=50, unique=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("accounts:tenant_detail", args=[self.pk])
+
+    @property
+    def tenant(self):
+        return self
+
+
+class MembershipQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self.filter(tenant__in=Tenant.objects.visible_to(user))
+
+
+class Membership(models.Model):
+    """A user's role in one tenant."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=16, choices=TenantRole.choices, default=TenantRole.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = MembershipQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tenant", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user")
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+    def get_absolute_url(self):
+        return reverse("accounts:tenant_detail", args=[self.tenant_id])
+
+
+class TokenScope(models.TextChoices):
+    READ = "read", "Read only"
+    WRITE = "write", "Read and write"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        if not user.is_authenticated:
+            return self.none()
+        return self.filter(user=user)
+
+    def active(self):
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiToken(models.Model):
+    """A personal API token. Only a SHA-256 of the secret is stored; the secret is shown once."""
+
+    PREFIX = "gty_"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100)
+    key_prefix = models.CharField(max_length=16, editable=False)
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.READ)
+    project = models.ForeignKey(
+        "projects.Project",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        help_text="Limit the token to one project.",
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.name} ({self.key_prefix}…)"
+
+    @staticmethod
+    def hash_key(key: str) -> str:
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    @classmethod
+    def generate_key(cls) -> str:
+        return cls.PREFIX + secrets.token_urlsafe(32)
+
+    @property
+    def is_active(self) -> bool:
+        if self.revoked_at:
+            return False
+        return self.expires_at is None or self.expires_at > timezone.now()
+
+    @property
+    def status(self) -> str:
+        if self.revoked_at:
+            return "revoked"
+        if not self.is_active:
+            return "expired"
+        return "active"

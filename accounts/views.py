@@ -1,0 +1,221 @@
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import ValidationError
+from django.db.models import Count
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views import View
+
+from accounts import services
+from accounts.filters import ApiTokenFilterSet, TenantFilterSet
+from accounts.forms import ApiTokenForm, MemberAddForm, MemberRoleForm, TenantForm
+from accounts.models import ApiToken, Membership, Tenant
+from core.views import (
+    GantryView,
+    ObjectDeleteView,
+    ObjectDetailView,
+    ObjectListView,
+    ServiceFormView,
+    apply_service_errors,
+)
+from projects.models import Project
+
+
+class TenantListView(ObjectListView):
+    model = Tenant
+    permission_action = "tenant.view"
+    filterset_class = TenantFilterSet
+    template_name = "accounts/tenant_list.html"
+
+    def get_queryset(self):
+        return (
+            super()
+            .get_queryset()
+            .annotate(
+                project_count=Count("projects", distinct=True),
+                member_count=Count("memberships", distinct=True),
+            )
+            .order_by("name")
+        )
+
+
+class TenantDetailView(ObjectDetailView):
+    model = Tenant
+    permission_action = "tenant.view"
+    template_name = "accounts/tenant_detail.html"
+
+    def get_extra_context(self, tenant):
+        return {
+            "projects": Project.objects.visible_to(self.request.user).filter(tenant=tenant),
+            "memberships": tenant.memberships.select_related("user"),
+            "add_member_form": MemberAddForm(),
+        }
+
+
+class TenantCreateView(LoginRequiredMixin, View):
+    """Any signed-in user may start a tenant and becomes its owner."""
+
+    permission_action = "authenticated"
+
+    def get(self, request):
+        return render(
+            request,
+            "core/form.html",
+            {"form": TenantForm(), "title": "New tenant", "submit_label": "Create tenant"},
+        )
+
+    def post(self, request):
+        form = TenantForm(data=request.POST)
+        if form.is_valid():
+            try:
+                tenant = services.create_tenant(actor=request.user, **form.cleaned_data)
+            except ValidationError as exc:
+                apply_service_errors(form, exc)
+            else:
+                request.session["tenant_id"] = tenant.pk
+                messages.success(request, f"Created {tenant}. You are its owner.")
+                return redirect(tenant)
+        return render(
+            request,
+            "core/form.html",
+            {"form": form, "title": "New tenant", "submit_label": "Create tenant"},
+            status=400,
+        )
+
+
+class TenantEditView(ServiceFormView):
+    model = Tenant
+    permission_action = "tenant.change"
+    form_class = TenantForm
+    title = "Edit tenant"
+    success_message = "Saved {object}."
+
+    def get_form_kwargs(self, target):
+        return {"instance": target, "initial": {}}
+
+    def perform(self, form, target):
+        return services.update_tenant(actor=self.request.user, tenant=target, **form.cleaned_data)
+
+
+class TenantDeleteView(ObjectDeleteView):
+    model = Tenant
+    permission_action = "tenant.delete"
+
+    def get_contents(self, tenant):
+        return [("projects", tenant.projects.count()), ("members", tenant.memberships.count())]
+
+    def perform(self, tenant):
+        services.delete_tenant(actor=self.request.user, tenant=tenant)
+
+    def get_success_url(self, tenant):
+        return reverse("accounts:tenant_list")
+
+
+class MemberAddView(ServiceFormView):
+    model = Tenant
+    permission_action = "membership.manage"
+    form_class = MemberAddForm
+    title = "Add a member"
+    submit_label = "Add member"
+    success_message = "Added {object.user} as {object.role}."
+
+    def perform(self, form, tenant):
+        return services.add_member(actor=self.request.user, tenant=tenant, **form.cleaned_data)
+
+
+class MemberEditView(ServiceFormView):
+    model = Membership
+    permission_action = "membership.manage"
+    form_class = MemberRoleForm
+    title = "Change role"
+    success_message = "{object.user} is now {object.role}."
+
+    def get_form_kwargs(self, membership):
+        return {"initial": {"role": membership.role}}
+
+    def perform(self, form, membership):
+        return services.change_member_role(
+            actor=self.request.user, membership=membership, role=form.cleaned_data["role"]
+        )
+
+
+class MemberRemoveView(ObjectDeleteView):
+    model = Membership
+    permission_action = "membership.manage"
+
+    def perform(self, membership):
+        services.remove_member(actor=self.request.user, membership=membership)
+
+    def get_success_url(self, membership):
+        return reverse("accounts:tenant_detail", args=[membership.tenant_id])
+
+
+class ApiTokenListView(ObjectListView):
+    """Settings: the user's personal API tokens, and a form to make one."""
+
+    model = ApiToken
+    permission_action = "authenticated"
+    filterset_class = ApiTokenFilterSet
+    template_name = "accounts/token_list.html"
+
+    def get_queryset(self):
+        return super().get_queryset().select_related("project__tenant")
+
+    def get_extra_context(self):
+        return {"form": ApiTokenForm(user=self.request.user)}
+
+    def post(self, request):
+        form = ApiTokenForm(data=request.POST, user=request.user)
+        new_key = None
+        if form.is_valid():
+            try:
+                token, new_key = services.create_api_token(
+                    actor=request.user,
+                    name=form.cleaned_data["name"],
+                    scope=form.cleaned_data["scope"],
+                    project=form.cleaned_data["project"],
+                    expires_at=form.expires_at(),
+                )
+            except ValidationError as exc:
+                apply_service_errors(form, exc)
+            else:
+                form = ApiTokenForm(user=request.user)
+        tokens = ApiToken.objects.visible_to(request.user).select_related("project__tenant")
+        return render(
+            request,
+            self.template_name,
+            {"form": form, "objects": tokens, "new_key": new_key},
+            status=200 if new_key else 400,
+        )
+
+
+class ApiTokenRevokeView(GantryView):
+    model = ApiToken
+    permission_action = "authenticated"
+    http_method_names = ["post"]
+
+    def post(self, request, pk):
+        token = get_object_or_404(ApiToken.objects.visible_to(request.user), pk=pk)
+        services.revoke_api_token(actor=request.user, token=token)
+        messages.success(request, f"Revoked {token.name}. It stops working immediately.")
+        return redirect("accounts:token_list")
+
+
+class SwitchTenantView(LoginRequiredMixin, View):
+    """The tenant switcher in the navigation bar."""
+
+    permission_action = "authenticated"
+    http_method_names = ["post"]
+
+    def post(self, request):
+        tenant_id = request.POST.get("tenant")
+        if tenant_id:
+            tenant = get_object_or_404(Tenant.objects.visible_to(request.user), pk=tenant_id)
+            request.session["tenant_id"] = tenant.pk
+        else:
+            request.session.pop("tenant_id", None)
+        next_url = request.POST.get("next", "")
+        if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
+            next_url = reverse("home")
+        return redirect(next_url)

@@ -1,0 +1,3 @@
+"""Websocket routes. Apps with consumers add their patterns here."""
+
+websocket_urlpatterns = []

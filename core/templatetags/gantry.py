@@ -1,0 +1,62 @@
+from django import forms, template
+from django.urls import NoReverseMatch, reverse
+
+from projects.permissions import can as matrix_can
+
+register = template.Library()
+
+# The main navigation. Entries whose page does not exist yet are left out.
+NAVIGATION = [
+    ("Projects", "projects:project_list", "bi-kanban"),
+    ("Datasets", "datasets:dataset_list", "bi-database"),
+    ("Jobs", "jobs:job_list", "bi-cpu"),
+    ("Models", "modelhub:model_list", "bi-box-seam"),
+    ("Images", "images:image_list", "bi-layers"),
+    ("Cluster", "cluster:overview", "bi-hdd-rack"),
+]
+
+
+@register.simple_tag(takes_context=True)
+def navigation(context):
+    current = context["request"].path
+    items = []
+    for label, url_name, icon in NAVIGATION:
+        try:
+            url = reverse(url_name)
+        except NoReverseMatch:
+            continue
+        items.append({"label": label, "url": url, "icon": icon, "active": current.startswith(url)})
+    return items
+
+
+@register.simple_tag(takes_context=True)
+def can(context, action, obj):
+    """`{% can "project.change" project as allowed %}`: the permission matrix in templates."""
+    return matrix_can(context["request"].user, action, obj)
+
+
+@register.filter
+def widget_class(field):
+    widget = field.field.widget
+    if isinstance(widget, forms.CheckboxInput):
+        css = "form-check-input"
+    elif isinstance(widget, forms.Select | forms.SelectMultiple):
+        css = "form-select"
+    else:
+        css = "form-control"
+    if field.errors:
+        css += " is-invalid"
+    return field.as_widget(attrs={"class": css})
+
+
+@register.filter
+def role_badge(role):
+    colours = {
+        "owner": "text-bg-dark",
+        "admin": "text-bg-primary",
+        "member": "text-bg-secondary",
+        "maintainer": "text-bg-primary",
+        "developer": "text-bg-info",
+        "viewer": "text-bg-light border",
+    }
+    return colours.get(role, "text-bg-secondary")

@@ -1,0 +1,139 @@
+from django.contrib.auth import get_user_model
+from rest_framework import serializers, viewsets
+
+from accounts.models import Tenant
+from projects import services
+from projects.filters import ProjectFilterSet, ProjectMemberFilterSet
+from projects.models import Project, ProjectMember, ProjectRole
+from projects.permissions import get_object_for_user
+
+User = get_user_model()
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
+    tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
+
+    class Meta:
+        model = Project
+        fields = [
+            "id",
+            "tenant",
+            "tenant_slug",
+            "name",
+            "slug",
+            "description",
+            "visibility",
+            "created_at",
+        ]
+        read_only_fields = ["id", "created_at"]
+        validators = []
+
+
+class ProjectUpdateSerializer(ProjectSerializer):
+    class Meta(ProjectSerializer.Meta):
+        read_only_fields = ["id", "tenant", "created_at"]
+
+
+class ProjectMemberSerializer(serializers.ModelSerializer):
+    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
+    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
+    role = serializers.ChoiceField(choices=ProjectRole.choices, default=ProjectRole.VIEWER)
+
+    class Meta:
+        model = ProjectMember
+        fields = ["id", "project", "user", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        validators = []
+
+
+class ProjectMemberUpdateSerializer(ProjectMemberSerializer):
+    class Meta(ProjectMemberSerializer.Meta):
+        read_only_fields = ["id", "project", "user", "created_at"]
+
+
+class ProjectViewSet(viewsets.ModelViewSet):
+    queryset = Project.objects.none()  # for the schema; requests use get_queryset
+    filterset_class = ProjectFilterSet
+    permission_actions = {
+        "list": "project.view",
+        "retrieve": "project.view",
+        "create": "project.create",
+        "update": "project.change",
+        "partial_update": "project.change",
+        "destroy": "project.delete",
+    }
+
+    def get_queryset(self):
+        return Project.objects.visible_to(self.request.user).select_related("tenant")
+
+    def get_serializer_class(self):
+        return (
+            ProjectUpdateSerializer
+            if self.action in ("update", "partial_update")
+            else ProjectSerializer
+        )
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        tenant = get_object_for_user(
+            self.request.user,
+            Tenant,
+            "project.create",
+            token=self.request.auth,
+            pk=data.pop("tenant").pk,
+        )
+        serializer.instance = services.create_project(
+            actor=self.request.user, tenant=tenant, **data
+        )
+
+    def perform_update(self, serializer):
+        serializer.instance = services.update_project(
+            actor=self.request.user, project=serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance):
+        services.delete_project(actor=self.request.user, project=instance)
+
+
+class ProjectMemberViewSet(viewsets.ModelViewSet):
+    queryset = ProjectMember.objects.none()
+    filterset_class = ProjectMemberFilterSet
+    permission_actions = {
+        "list": "projectmember.view",
+        "retrieve": "projectmember.view",
+        "create": "projectmember.manage",
+        "update": "projectmember.manage",
+        "partial_update": "projectmember.manage",
+        "destroy": "projectmember.manage",
+    }
+
+    def get_queryset(self):
+        return ProjectMember.objects.visible_to(self.request.user).select_related("user", "project")
+
+    def get_serializer_class(self):
+        if self.action in ("update", "partial_update"):
+            return ProjectMemberUpdateSerializer
+        return ProjectMemberSerializer
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        project = get_object_for_user(
+            self.request.user,
+            Project,
+            "projectmember.manage",
+            token=self.request.auth,
+            pk=data["project"].pk,
+        )
+        serializer.instance = services.add_project_member(
+            actor=self.request.user, project=project, user=data["user"], role=data["role"]
+        )
+
+    def perform_update(self, serializer):
+        role = serializer.validated_data.get("role", serializer.instance.role)
+        serializer.instance = services.change_project_member_role(
+            actor=self.request.user, member=serializer.instance, role=role
+        )
+
+    def perform_destroy(self, instance):
+        services.remove_project_member(actor=self.request.user, member=instance)

@@ -1,0 +1,37 @@
+import django_filters
+from django.db.models import Q
+
+from accounts.models import Tenant
+from projects.models import Project, ProjectMember, ProjectRole, Visibility
+
+
+def visible_tenants(request):
+    if request is None:
+        return Tenant.objects.none()
+    return Tenant.objects.visible_to(request.user)
+
+
+class ProjectFilterSet(django_filters.FilterSet):
+    q = django_filters.CharFilter(method="search", label="Search")
+    tenant = django_filters.ModelChoiceFilter(queryset=visible_tenants, empty_label="All tenants")
+    visibility = django_filters.ChoiceFilter(
+        choices=Visibility.choices, empty_label="Any visibility"
+    )
+
+    class Meta:
+        model = Project
+        fields = ["q", "tenant", "visibility"]
+
+    def search(self, queryset, name, value):
+        return queryset.filter(
+            Q(name__icontains=value) | Q(slug__icontains=value) | Q(description__icontains=value)
+        )
+
+
+class ProjectMemberFilterSet(django_filters.FilterSet):
+    role = django_filters.ChoiceFilter(choices=ProjectRole.choices)
+    project = django_filters.NumberFilter(field_name="project_id")
+
+    class Meta:
+        model = ProjectMember
+        fields = ["role", "project"]

@@ -1,0 +1,109 @@
+from django.conf import settings
+from django.db import models
+from django.db.models import Exists, OuterRef, Q
+from django.urls import reverse
+from django.utils import timezone
+
+from accounts.models import Membership, Tenant, TenantRole
+
+
+class ProjectRole(models.TextChoices):
+    # Ordered from least to most powerful: the permission matrix relies on it.
+    VIEWER = "viewer", "Viewer"
+    DEVELOPER = "developer", "Developer"
+    MAINTAINER = "maintainer", "Maintainer"
+
+
+class Visibility(models.TextChoices):
+    TENANT = "tenant", "Everyone in the tenant can view"
+    PRIVATE = "private", "Only project members"
+
+
+class ProjectQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Projects the user may at least view.
+
+        Tenant owners and admins see every project of their tenants; members see
+        the tenant-visible ones and the private ones they were added to.
+        """
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self
+        memberships = Membership.objects.filter(tenant=OuterRef("tenant"), user=user)
+        return self.filter(
+            Exists(memberships.filter(role__in=[TenantRole.ADMIN, TenantRole.OWNER]))
+            | (Exists(memberships) & Q(visibility=Visibility.TENANT))
+            | (
+                Exists(memberships)
+                & Exists(ProjectMember.objects.filter(project=OuterRef("pk"), user=user))
+            )
+        )
+
+
+class Project(models.Model):
+    """A body of work inside a tenant: datasets, jobs and models all belong to one."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="projects")
+    name = models.CharField(max_length=100)
+    slug = models.SlugField(max_length=50)
+    description = models.TextField(blank=True)
+    visibility = models.CharField(
+        max_length=8, choices=Visibility.choices, default=Visibility.TENANT
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["tenant__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "slug"], name="project_unique_slug"),
+        ]
+
+    def __str__(self):
+        return f"{self.tenant.slug}/{self.slug}"
+
+    def get_absolute_url(self):
+        return reverse("projects:project_detail", args=[self.pk])
+
+    @property
+    def project(self):
+        return self
+
+
+class ProjectMemberQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return self.filter(project__in=Project.objects.visible_to(user))
+
+
+class ProjectMember(models.Model):
+    """A user's role in one project. The user must belong to the project's tenant."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="members")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships"
+    )
+    role = models.CharField(max_length=16, choices=ProjectRole.choices, default=ProjectRole.VIEWER)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    objects = ProjectMemberQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["project", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="projectmember_unique_user")
+        ]
+
+    def __str__(self):
+        return f"{self.user} in {self.project} ({self.role})"
+
+    def get_absolute_url(self):
+        return reverse("projects:project_members", args=[self.project_id])
+
+    @property
+    def tenant(self):
+        return self.project.tenant

@@ -1,0 +1,108 @@
+"""State changes for projects and their members."""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from accounts.models import Membership
+from core import audit
+from projects.models import Project, ProjectMember, ProjectRole
+from projects.permissions import forget_roles, require
+
+
+@transaction.atomic
+def create_project(
+    *, actor, tenant, name: str, slug: str, description: str = "", visibility: str = "tenant"
+) -> Project:
+    """Create a project; its creator becomes a maintainer of it."""
+    require(actor, "project.create", tenant)
+    if Project.objects.filter(tenant=tenant, slug=slug).exists():
+        raise ValidationError(
+            {"slug": f"{tenant.name} already has a project with the slug “{slug}”."}
+        )
+    project = Project(
+        tenant=tenant,
+        name=name,
+        slug=slug,
+        description=description,
+        visibility=visibility,
+        created_by=actor,
+    )
+    project.full_clean(validate_unique=False, validate_constraints=False)
+    project.save()
+    if Membership.objects.filter(tenant=tenant, user=actor).exists():
+        ProjectMember.objects.create(project=project, user=actor, role=ProjectRole.MAINTAINER)
+        forget_roles(actor)
+    audit.record(actor, "project.create", project)
+    return project
+
+
+@transaction.atomic
+def update_project(*, actor, project: Project, **fields) -> Project:
+    require(actor, "project.change", project)
+    slug = fields.get("slug")
+    if (
+        slug
+        and Project.objects.filter(tenant=project.tenant, slug=slug).exclude(pk=project.pk).exists()
+    ):
+        raise ValidationError(
+            {"slug": f"{project.tenant.name} already has a project with the slug “{slug}”."}
+        )
+    for name in ("name", "slug", "description", "visibility"):
+        if name in fields:
+            setattr(project, name, fields[name])
+    project.full_clean(validate_unique=False, validate_constraints=False)
+    project.save()
+    audit.record(actor, "project.change", project, fields=sorted(fields))
+    return project
+
+
+@transaction.atomic
+def delete_project(*, actor, project: Project) -> None:
+    """Delete a project and everything in it, in one transaction."""
+    require(actor, "project.delete", project)
+    audit.record(actor, "project.delete", project, name=project.name)
+    project.delete()
+
+
+@transaction.atomic
+def add_project_member(
+    *, actor, project: Project, user, role: str = ProjectRole.VIEWER
+) -> ProjectMember:
+    require(actor, "projectmember.manage", project)
+    if role not in ProjectRole.values:
+        raise ValidationError({"role": f"Unknown role “{role}”."})
+    if not Membership.objects.filter(tenant=project.tenant, user=user).exists():
+        raise ValidationError(
+            {
+                "user": f"{user.username} is not a member of {project.tenant}; add them to the tenant first."
+            }
+        )
+    if ProjectMember.objects.filter(project=project, user=user).exists():
+        raise ValidationError({"user": f"{user.username} is already a member of this project."})
+    member = ProjectMember.objects.create(project=project, user=user, role=role)
+    forget_roles(user)
+    audit.record(actor, "projectmember.add", member, user=user.username, role=role)
+    return member
+
+
+@transaction.atomic
+def change_project_member_role(*, actor, member: ProjectMember, role: str) -> ProjectMember:
+    require(actor, "projectmember.manage", member.project)
+    if role not in ProjectRole.values:
+        raise ValidationError({"role": f"Unknown role “{role}”."})
+    old = member.role
+    member.role = role
+    member.save(update_fields=["role"])
+    forget_roles(member.user)
+    audit.record(
+        actor, "projectmember.change", member, user=member.user.username, old=old, new=role
+    )
+    return member
+
+
+@transaction.atomic
+def remove_project_member(*, actor, member: ProjectMember) -> None:
+    require(actor, "projectmember.manage", member.project)
+    audit.record(actor, "projectmember.remove", member, user=member.user.username)
+    member.delete()
+    forget_roles(member.user)

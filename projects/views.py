@@ -1,0 +1,136 @@
+from django.urls import reverse
+
+from accounts.models import Tenant
+from core.views import ObjectDeleteView, ObjectDetailView, ObjectListView, ServiceFormView
+from projects import services
+from projects.filters import ProjectFilterSet
+from projects.forms import ProjectForm, ProjectMemberAddForm, ProjectMemberRoleForm
+from projects.models import Project, ProjectMember
+
+
+class ProjectListView(ObjectListView):
+    model = Project
+    permission_action = "project.view"
+    filterset_class = ProjectFilterSet
+    template_name = "projects/project_list.html"
+    partial_template_name = "projects/_project_table.html"
+
+    def get_queryset(self):
+        queryset = super().get_queryset().select_related("tenant")
+        if self.request.tenant and "tenant" not in self.request.GET:
+            queryset = queryset.filter(tenant=self.request.tenant)
+        return queryset
+
+
+class ProjectDetailView(ObjectDetailView):
+    model = Project
+    permission_action = "project.view"
+    template_name = "projects/project_detail.html"
+
+    def get_extra_context(self, project):
+        return {"members": project.members.select_related("user")}
+
+
+class ProjectCreateView(ServiceFormView):
+    """Create a project in the tenant given by `pk`."""
+
+    model = Tenant
+    permission_action = "project.create"
+    form_class = ProjectForm
+    title = "New project"
+    submit_label = "Create project"
+    success_message = "Created {object}."
+
+    def perform(self, form, tenant):
+        return services.create_project(actor=self.request.user, tenant=tenant, **form.cleaned_data)
+
+
+class ProjectEditView(ServiceFormView):
+    model = Project
+    permission_action = "project.change"
+    form_class = ProjectForm
+    title = "Edit project"
+    success_message = "Saved {object}."
+
+    def get_form_kwargs(self, project):
+        return {"instance": project}
+
+    def perform(self, form, project):
+        return services.update_project(
+            actor=self.request.user, project=project, **form.cleaned_data
+        )
+
+
+class ProjectDeleteView(ObjectDeleteView):
+    model = Project
+    permission_action = "project.delete"
+
+    def get_contents(self, project):
+        # Later apps register what a project holds (jobs, datasets, models) here.
+        return [(label, count(project)) for label, count in PROJECT_CONTENTS]
+
+    def perform(self, project):
+        services.delete_project(actor=self.request.user, project=project)
+
+    def get_success_url(self, project):
+        return reverse("accounts:tenant_detail", args=[project.tenant_id])
+
+
+# (label, function project -> count) for the delete confirmation; apps append to it.
+PROJECT_CONTENTS = [("members", lambda project: project.members.count())]
+
+
+class ProjectMembersView(ObjectDetailView):
+    model = Project
+    permission_action = "projectmember.view"
+    template_name = "projects/project_members.html"
+
+    def get_extra_context(self, project):
+        return {
+            "members": project.members.select_related("user"),
+            "add_form": ProjectMemberAddForm(project=project),
+        }
+
+
+class ProjectMemberAddView(ServiceFormView):
+    model = Project
+    permission_action = "projectmember.manage"
+    form_class = ProjectMemberAddForm
+    title = "Add a project member"
+    submit_label = "Add member"
+    success_message = "Added {object.user} as {object.role}."
+
+    def get_form_kwargs(self, project):
+        return {"project": project}
+
+    def perform(self, form, project):
+        return services.add_project_member(
+            actor=self.request.user, project=project, **form.cleaned_data
+        )
+
+
+class ProjectMemberEditView(ServiceFormView):
+    model = ProjectMember
+    permission_action = "projectmember.manage"
+    form_class = ProjectMemberRoleForm
+    title = "Change project role"
+    success_message = "{object.user} is now {object.role}."
+
+    def get_form_kwargs(self, member):
+        return {"initial": {"role": member.role}}
+
+    def perform(self, form, member):
+        return services.change_project_member_role(
+            actor=self.request.user, member=member, role=form.cleaned_data["role"]
+        )
+
+
+class ProjectMemberRemoveView(ObjectDeleteView):
+    model = ProjectMember
+    permission_action = "projectmember.manage"
+
+    def perform(self, member):
+        services.remove_project_member(actor=self.request.user, member=member)
+
+    def get_success_url(self, member):
+        return reverse("projects:project_members", args=[member.project_id])

@@ -1,0 +1,99 @@
+"""Canonical users and objects, built through the services as a user would.
+
+- owner:    owns tenant "lab-a" (and so maintains every project in it)
+- member:   a plain member of lab-a (viewer of its tenant-visible projects)
+- outsider: owns "lab-b" and has nothing to do with lab-a
+"""
+
+import os
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from accounts import services as account_services
+from projects import services as project_services
+
+
+def service_required(name: str, reachable: bool):
+    """Under CI a missing service is a failure, never a skip."""
+    if reachable:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{name} is not reachable, and CI=true requires it.")
+    pytest.skip(f"{name} is not reachable")
+
+
+@pytest.fixture
+def make_user(db):
+    def make(username, **extra):
+        return get_user_model().objects.create_user(
+            username=username, password="pw-" + username, email=f"{username}@example.org", **extra
+        )
+
+    return make
+
+
+@pytest.fixture
+def owner(make_user):
+    return make_user("olivia")
+
+
+@pytest.fixture
+def member(make_user):
+    return make_user("max")
+
+
+@pytest.fixture
+def outsider(make_user):
+    return make_user("oscar")
+
+
+@pytest.fixture
+def tenant(owner, member):
+    tenant = account_services.create_tenant(actor=owner, name="Lab A", slug="lab-a")
+    account_services.add_member(actor=owner, tenant=tenant, user=member)
+    return tenant
+
+
+@pytest.fixture
+def other_tenant(outsider):
+    return account_services.create_tenant(actor=outsider, name="Lab B", slug="lab-b")
+
+
+@pytest.fixture
+def project(tenant, owner):
+    return project_services.create_project(actor=owner, tenant=tenant, name="Vision", slug="vision")
+
+
+@pytest.fixture
+def other_project(other_tenant, outsider):
+    return project_services.create_project(
+        actor=outsider, tenant=other_tenant, name="Speech", slug="speech"
+    )
+
+
+@pytest.fixture
+def client_for(client):
+    def login(user):
+        client.force_login(user)
+        return client
+
+    return login
+
+
+@pytest.fixture
+def api_for():
+    from rest_framework.test import APIClient
+
+    def make(user):
+        api = APIClient()
+        api.force_authenticate(user)
+        return api
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2 is slow on purpose; the tests make many users.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
