@@ -1,0 +1,109 @@
+"""Command line entry point: ``python -m executor`` / ``gantry-executor``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+
+from . import __version__
+from .runner import EXIT_INTERNAL, Config, Runner
+
+EXIT_USAGE = 64
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    return float(raw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gantry-executor",
+        description="Gantry in-job agent: runs the job command and reports to the Gantry API.",
+    )
+    p.add_argument("--api-url", default=os.environ.get("GANTRY_API_URL"), help="env GANTRY_API_URL")
+    p.add_argument(
+        "--token", default=os.environ.get("GANTRY_JOB_TOKEN"), help="env GANTRY_JOB_TOKEN"
+    )
+    p.add_argument("--job", default=os.environ.get("GANTRY_JOB_ID"), help="env GANTRY_JOB_ID")
+    p.add_argument(
+        "--worker",
+        type=int,
+        default=None,
+        help="worker rank, env GANTRY_WORKER_RANK (default 0)",
+    )
+    p.add_argument(
+        "--workdir",
+        default=os.environ.get("GANTRY_WORKDIR") or None,
+        help="env GANTRY_WORKDIR (default: a new temporary directory)",
+    )
+    p.add_argument(
+        "--final-flush-seconds",
+        type=float,
+        default=None,
+        help="how long to keep retrying delivery after the command exits, "
+        "env GANTRY_FINAL_FLUSH_SECONDS (default 300)",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    missing = [
+        opt
+        for opt, value in (
+            ("--api-url", args.api_url),
+            ("--token", args.token),
+            ("--job", args.job),
+        )
+        if not value
+    ]
+    if missing:
+        parser.print_usage(sys.stderr)
+        print(
+            f"gantry-executor: error: missing {', '.join(missing)} (or the env vars)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        worker = (
+            args.worker
+            if args.worker is not None
+            else int(os.environ.get("GANTRY_WORKER_RANK") or 0)
+        )
+        flush = (
+            args.final_flush_seconds
+            if args.final_flush_seconds is not None
+            else _env_float("GANTRY_FINAL_FLUSH_SECONDS", 300.0)
+        )
+    except ValueError as exc:
+        print(f"gantry-executor: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    workdir = args.workdir or tempfile.mkdtemp(prefix=f"gantry-job-{args.job}-")
+    cfg = Config(
+        api_url=args.api_url,
+        token=args.token,
+        job_id=str(args.job),
+        worker=worker,
+        workdir=workdir,
+        final_flush_seconds=max(0.0, flush),
+    )
+    runner = Runner(cfg)
+    runner.install_signal_handlers()
+    try:
+        return runner.run()
+    except Exception:
+        traceback.print_exc()
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    sys.exit(main())
