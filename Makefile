@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench install clean
+# The second test pass runs on PostgreSQL + Redis (the production stack).
+PG_URL ?= postgres://postgres@127.0.0.1:5432/gantry
+REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
+
+.PHONY: run test test-sqlite test-postgres lint bench install clean
 
 $(STAMP): pyproject.toml requirements.lock executor/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,10 +24,21 @@ run: $(STAMP)
 	@echo "Open http://127.0.0.1:8000/ and sign in as admin (password: $${GANTRY_DEMO_PASSWORD:-gantry-demo})."
 	$(BIN)/python manage.py serve
 
-test: $(STAMP)
+test: lint test-sqlite test-postgres
+
+lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/python -m pytest
+
+test-sqlite: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Skipped with a notice where PostgreSQL or Redis is not running, except under CI=true.
+test-postgres: $(STAMP)
+	@if $(BIN)/python tests/services_up.py; then \
+		DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/python -m pytest $(PYTEST_ARGS); \
+	elif [ "$$CI" = "true" ]; then echo "PostgreSQL/Redis not reachable and CI=true"; exit 1; \
+	else echo "PostgreSQL/Redis not reachable: skipped the PostgreSQL + Redis pass"; fi
 
 bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done

@@ -21,7 +21,21 @@ def _fail(name: str, problem: str):
     raise ImproperlyConfigured(f"Configuration error in {name}: {problem}")
 
 
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
 def _get(kind, name, default):
+    if kind == "bool":
+        # django-environ reads any unknown word as False; a typo must not turn a switch off.
+        raw = env.str(name, default=None)
+        if raw is None:
+            return default
+        if raw.strip().lower() in _TRUE:
+            return True
+        if raw.strip().lower() in _FALSE:
+            return False
+        _fail(name, f"expected true or false, got {raw!r}")
     try:
         return getattr(env, kind)(name, default=default)
     except (ValueError, environ.ImproperlyConfigured) as exc:
@@ -253,6 +267,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "TenantRoleEnum": "accounts.models.TenantRole",
+        "ProjectRoleEnum": "projects.models.ProjectRole",
+    },
 }
 
 # --- i18n ----------------------------------------------------------------

@@ -1,0 +1,67 @@
+"""`make run` end to end: migrate, seed the demo, start web server + worker, sign in."""
+
+import http.cookiejar
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_serve_brings_up_web_and_worker_and_the_demo_login_works(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(GANTRY_DATA_DIR=str(tmp_path), GANTRY_WORKERS="1")
+    run = lambda *a: subprocess.run([sys.executable, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=180)  # noqa: E731
+    run("migrate", "--noinput")
+    seeded = run("seed_demo").stdout
+    assert "admin / gantry-demo" in seeded
+    assert "password unchanged" in run("seed_demo").stdout  # idempotent
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                page = opener.open(base + "/accounts/login/", timeout=5).read().decode()
+                break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                assert time.monotonic() < deadline, "web server did not answer within 60 s"
+                time.sleep(0.3)
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        data = urllib.parse.urlencode({"username": "admin", "password": "gantry-demo", "csrfmiddlewaretoken": csrf}).encode()
+        home = opener.open(urllib.request.Request(base + "/accounts/login/", data=data, headers={"Referer": base + "/accounts/login/"}), timeout=10).read().decode()
+        assert "Getting started" in home and "Demo Lab" in home
+        # The vendored assets are served (no CDN).
+        assert opener.open(base + "/static/vendor/htmx/htmx.min.js", timeout=5).status == 200
+        # The background worker is running beside the web server.
+        children = subprocess.run(["pgrep", "-f", "-s", str(os.getpgid(server.pid)), "qcluster"], capture_output=True, text=True).stdout
+        assert children.strip(), "no qcluster process under `serve`"
+    finally:
+        os.killpg(os.getpgid(server.pid), signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(os.getpgid(server.pid), signal.SIGKILL)
+            raise
+    assert server.returncode == 0

@@ -1,0 +1,41 @@
+"""Start-up configuration: bad values stop Gantry with a message naming the variable."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manage(*args, **env):
+    full_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [("DEBUG", "maybe"), ("GANTRY_ENV", "staging"), ("REDIS_URL", "localhost:6379"), ("GANTRY_STORAGE", "ftp"), ("GANTRY_WORKERS", "two")],
+)
+def test_bad_value_stops_startup_with_a_readable_message(name, value):
+    result = manage("check", **{name: value})
+    assert result.returncode != 0
+    assert f"Configuration error in {name}" in result.stderr
+
+
+def test_production_requires_a_secret_key():
+    result = manage("check", GANTRY_ENV="production", ALLOWED_HOSTS="gantry.example.org")
+    assert result.returncode != 0 and "SECRET_KEY" in result.stderr
+
+
+def test_production_check_deploy_is_clean(tmp_path):
+    result = manage(
+        "check", "--deploy", "--fail-level", "WARNING",
+        GANTRY_ENV="production", SECRET_KEY="x" * 20 + "ProductionSecretKeyForTheCheck-0123456789abcdefgh",
+        ALLOWED_HOSTS="gantry.example.org", DEBUG="false", GANTRY_DATA_DIR=str(tmp_path),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
