@@ -4,10 +4,11 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.api import router
-from core.views import HomeView
+from core.views import AuditEventListView, HomeView
 
 urlpatterns = [
     path("", HomeView.as_view(), name="home"),
+    path("audit/", AuditEventListView.as_view(), name="audit_list"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("accounts.urls")),

@@ -15,7 +15,9 @@ from django.shortcuts import redirect, render
 from django.views import View
 from django.views.generic import TemplateView
 
-from projects.permissions import get_object_for_user
+from core.filters import AuditEventFilterSet
+from core.models import AuditEvent
+from projects.permissions import AUTHENTICATED, get_object_for_user
 
 
 def apply_service_errors(form, error: ValidationError) -> None:
@@ -180,7 +182,7 @@ def obj_confirm_word(obj) -> str:
 class HomeView(LoginRequiredMixin, TemplateView):
     """The dashboard. Needs no object permission: everything on it is `visible_to`."""
 
-    permission_action = "authenticated"
+    permission_action = AUTHENTICATED
     template_name = "core/home.html"
 
     def get_context_data(self, **kwargs):
@@ -195,3 +197,17 @@ class HomeView(LoginRequiredMixin, TemplateView):
             projects = projects.filter(tenant=self.request.tenant)
         context["projects"] = projects[:12]
         return context
+
+
+
+class AuditEventListView(ObjectListView):
+    """The audit log: tenant owners and admins see their tenants' events, lab administrators all."""
+
+    model = AuditEvent
+    permission_action = AUTHENTICATED
+    filterset_class = AuditEventFilterSet
+    template_name = "core/audit_list.html"
+    paginate_by = 100
+
+    def get_queryset(self):
+        return super().get_queryset().select_related("tenant")
