@@ -1,0 +1,220 @@
+"""Loading and validating GPU cluster traces (CSV or gzip-compressed CSV).
+
+Required columns: ``job_id``, ``submit_time`` (seconds), ``duration`` (seconds, > 0) and
+``num_gpus`` (integer >= 0). Optional: ``tenant`` (default ``"default"``), ``priority``
+(integer, default 0), ``censored`` (0/1). Any other column is ignored. Rows with
+``censored = 1`` (still running or pending when the trace ended, e.g. Alibaba's openb list)
+are skipped by default because their true duration is unknown.
+
+Every malformed row raises ``TraceError`` naming the file, the 1-based line number (the header
+is line 1) and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "TraceError",
+    "TraceJob",
+    "load_trace",
+    "load_vc_nodes",
+    "parse_trace",
+    "window",
+]
+
+REQUIRED = ("job_id", "submit_time", "duration", "num_gpus")
+
+
+class TraceError(ValueError):
+    """A malformed trace; ``line`` is 1-based (header = 1), ``column`` the column name."""
+
+    def __init__(
+        self, message: str, *, source: str = "", line: int | None = None, column: str | None = None
+    ) -> None:
+        where = source or "trace"
+        if line is not None:
+            where += f", line {line}"
+        if column is not None:
+            where += f", column {column!r}"
+        super().__init__(f"{where}: {message}")
+        self.source = source
+        self.line = line
+        self.column = column
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    job_id: str
+    submit_time: float
+    duration: float
+    num_gpus: int
+    tenant: str = "default"
+    priority: int = 0
+
+
+def _open_text(path: str | os.PathLike) -> io.TextIOBase:
+    p = os.fspath(path)
+    if p.endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8", newline="")
+    return open(p, encoding="utf-8", newline="")
+
+
+def _number(value: str | None, *, source: str, line: int, column: str) -> float:
+    if value is None or value.strip() == "":
+        raise TraceError("missing value", source=source, line=line, column=column)
+    try:
+        x = float(value)
+    except ValueError:
+        raise TraceError(
+            f"not a number: {value!r}", source=source, line=line, column=column
+        ) from None
+    if not math.isfinite(x):
+        raise TraceError(f"not a finite number: {value!r}", source=source, line=line, column=column)
+    return x
+
+
+def _integer(value: str | None, *, source: str, line: int, column: str) -> int:
+    x = _number(value, source=source, line=line, column=column)
+    if x != int(x):
+        raise TraceError(f"not a whole number: {value!r}", source=source, line=line, column=column)
+    return int(x)
+
+
+def parse_trace(
+    lines: Iterable[str],
+    *,
+    source: str = "trace",
+    skip_censored: bool = True,
+) -> list[TraceJob]:
+    """Parse CSV text lines into jobs sorted by submit time (stable for ties)."""
+    reader = csv.reader(lines)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise TraceError("empty file (no header row)", source=source, line=1) from None
+    header = [h.strip() for h in header]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise TraceError(
+            f"missing required column(s) {', '.join(missing)}; found {', '.join(header)}",
+            source=source,
+            line=1,
+        )
+    col = {name: header.index(name) for name in header}
+    jobs: list[TraceJob] = []
+    seen: dict[str, int] = {}
+    for row in reader:
+        line = reader.line_num
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise TraceError(
+                f"expected {len(header)} fields, got {len(row)}", source=source, line=line
+            )
+
+        def get(name: str, row: list[str] = row) -> str | None:
+            i = col.get(name)
+            return None if i is None else row[i]
+
+        if skip_censored and "censored" in col:
+            flag = (get("censored") or "").strip()
+            if flag not in ("", "0", "1"):
+                raise TraceError(
+                    f"expected 0 or 1, got {flag!r}", source=source, line=line, column="censored"
+                )
+            if flag == "1":
+                continue
+        job_id = (get("job_id") or "").strip()
+        if not job_id:
+            raise TraceError("missing value", source=source, line=line, column="job_id")
+        if job_id in seen:
+            raise TraceError(
+                f"duplicate job_id {job_id!r} (first on line {seen[job_id]})",
+                source=source,
+                line=line,
+                column="job_id",
+            )
+        seen[job_id] = line
+        submit = _number(get("submit_time"), source=source, line=line, column="submit_time")
+        if submit < 0:
+            raise TraceError(
+                f"must be >= 0, got {submit:g}", source=source, line=line, column="submit_time"
+            )
+        duration = _number(get("duration"), source=source, line=line, column="duration")
+        if duration <= 0:
+            raise TraceError(
+                f"must be > 0, got {duration:g}", source=source, line=line, column="duration"
+            )
+        gpus = _integer(get("num_gpus"), source=source, line=line, column="num_gpus")
+        if gpus < 0:
+            raise TraceError(
+                f"must be >= 0, got {gpus}", source=source, line=line, column="num_gpus"
+            )
+        tenant = (get("tenant") or "").strip() or "default"
+        prio_raw = get("priority")
+        priority = 0
+        if prio_raw is not None and prio_raw.strip():
+            priority = _integer(prio_raw, source=source, line=line, column="priority")
+        jobs.append(TraceJob(job_id, submit, duration, gpus, tenant, priority))
+    jobs.sort(key=lambda j: j.submit_time)
+    return jobs
+
+
+def load_trace(path: str | os.PathLike, *, skip_censored: bool = True) -> list[TraceJob]:
+    """Load a trace file (``.csv`` or ``.csv.gz``)."""
+    source = os.path.basename(os.fspath(path))
+    try:
+        with _open_text(path) as fh:
+            return parse_trace(fh, source=source, skip_censored=skip_censored)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise TraceError("file not found", source=os.fspath(path)) from exc
+        raise TraceError(f"cannot read file: {exc}", source=source) from exc
+
+
+def load_vc_nodes(path: str | os.PathLike) -> dict[str, int]:
+    """Philly-style ``vc,node num`` file -> {tenant: number of nodes}."""
+    source = os.path.basename(os.fspath(path))
+    out: dict[str, int] = {}
+    with _open_text(path) as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if not header or len(header) < 2:
+            raise TraceError("expected a header 'vc,node num'", source=source, line=1)
+        for row in reader:
+            line = reader.line_num
+            if not row:
+                continue
+            if len(row) < 2 or not row[0].strip():
+                raise TraceError(
+                    "expected two fields: vc, node count",
+                    source=source,
+                    line=line,
+                    column=header[0].strip(),
+                )
+            n = _integer(row[1], source=source, line=line, column=header[1].strip())
+            if n < 0:
+                raise TraceError(
+                    f"must be >= 0, got {n}", source=source, line=line, column=header[1].strip()
+                )
+            out[row[0].strip()] = n
+    return out
+
+
+def window(jobs: list[TraceJob], start: int, count: int) -> list[TraceJob]:
+    """A contiguous slice of jobs, with submit times shifted so the first one is at 0."""
+    part = jobs[start : start + count]
+    if not part:
+        return []
+    t0 = part[0].submit_time
+    return [
+        TraceJob(j.job_id, j.submit_time - t0, j.duration, j.num_gpus, j.tenant, j.priority)
+        for j in part
+    ]
