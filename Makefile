@@ -13,7 +13,7 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 $(STAMP): pyproject.toml requirements.lock executor/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]' ./executor
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,examples]' ./executor
 	touch $(STAMP)
 
 install: $(STAMP)

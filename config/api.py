@@ -3,6 +3,7 @@
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import ApiTokenViewSet, MembershipViewSet, TenantViewSet
+from jobs.api import ArtifactViewSet, JobViewSet
 from projects.api import ProjectMemberViewSet, ProjectViewSet
 
 router = DefaultRouter()
@@ -12,3 +13,5 @@ router.register("memberships", MembershipViewSet, basename="membership")
 router.register("projects", ProjectViewSet, basename="project")
 router.register("project-members", ProjectMemberViewSet, basename="projectmember")
 router.register("tokens", ApiTokenViewSet, basename="apitoken")
+router.register("jobs", JobViewSet, basename="job")
+router.register("artifacts", ArtifactViewSet, basename="artifact")

@@ -1,3 +1,10 @@
 """Websocket routes. Apps with consumers add their patterns here."""
 
-websocket_urlpatterns = []
+from django.urls import re_path
+
+from jobs.proxy_consumers import NotebookProxyConsumer
+
+websocket_urlpatterns = [
+    # JupyterLab's kernels, terminals and events, relayed to the job's notebook server.
+    re_path(r"^jobs/(?P<pk>\d+)/lab/(?P<path>.*)$", NotebookProxyConsumer.as_asgi()),
+]

@@ -7,6 +7,7 @@ PostgreSQL, Redis, Ceph and Keycloak.  A malformed value stops start-up with a
 message naming the variable (see `_fail`).
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -92,6 +93,8 @@ INSTALLED_APPS = [
     "core",
     "accounts",
     "projects",
+    "cluster",
+    "jobs",
 ]
 
 MIDDLEWARE = [
@@ -149,6 +152,9 @@ else:
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 20,
             },
+            # Tests run real executors against a live server in other threads and
+            # processes: they need a file, not a connection-private in-memory database.
+            "TEST": {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -305,8 +311,30 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": _get("str", "LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # One line per proxied notebook request is noise.
+        "httpx": {"level": "WARNING"},
+    },
 }
 
 # --- Gantry --------------------------------------------------------------
 GANTRY_DEMO_PASSWORD = _get("str", "GANTRY_DEMO_PASSWORD", "gantry-demo")
+
+# --- Jobs ----------------------------------------------------------------
+GANTRY_JOB_BACKEND = _get("str", "GANTRY_JOB_BACKEND", "local")
+GANTRY_JOBS_DIR = Path(_get("str", "GANTRY_JOBS_DIR", str(DATA_DIR / "jobs"))).resolve()
+# Local backend capacity; 0 = what the machine has (CI overrides it on small runners).
+GANTRY_LOCAL_CPUS = _get("int", "GANTRY_LOCAL_CPUS", 0)
+GANTRY_LOCAL_MEMORY_MB = _get("int", "GANTRY_LOCAL_MEMORY_MB", 0)
+GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
+GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
+GANTRY_JOB_GRACE_SECONDS = _get("int", "GANTRY_JOB_GRACE_SECONDS", 10)
+GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = _get("int", "GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS", 300)
+# A job token keeps working this long after the job ended, so final logs and outputs flush.
+GANTRY_JOB_TOKEN_GRACE_MINUTES = _get("int", "GANTRY_JOB_TOKEN_GRACE_MINUTES", 10)
+GANTRY_NOTEBOOK_IDLE_MINUTES = _get("int", "GANTRY_NOTEBOOK_IDLE_MINUTES", 120)
+GANTRY_JOB_WORKDIR_RETENTION_HOURS = _get("int", "GANTRY_JOB_WORKDIR_RETENTION_HOURS", 72)
+for _name in ("GANTRY_LOCAL_CPUS", "GANTRY_LOCAL_MEMORY_MB", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS"):
+    if globals()[_name] < 0:
+        _fail(_name, "must not be negative")

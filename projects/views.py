@@ -77,7 +77,10 @@ class ProjectDeleteView(ObjectDeleteView):
 
 
 # (label, function project -> count) for the delete confirmation; apps append to it.
-PROJECT_CONTENTS = [("members", lambda project: project.members.count())]
+PROJECT_CONTENTS = [
+    ("members", lambda project: project.members.count()),
+    ("jobs", lambda project: project.jobs.count()),
+]
 
 
 class ProjectMembersView(ObjectDetailView):

@@ -60,3 +60,12 @@ def role_badge(role):
         "viewer": "text-bg-light border",
     }
     return colours.get(role, "text-bg-secondary")
+
+
+@register.filter
+def filesizeformat_mb(value):
+    """MiB as a readable size: 15360 -> '15.0 GiB'."""
+    if value in (None, ""):
+        return "—"
+    value = float(value)
+    return f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value:.0f} MiB"

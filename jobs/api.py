@@ -1,0 +1,257 @@
+"""The jobs API: thin serializers and viewsets over jobs.services."""
+
+from django.http import FileResponse
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from jobs import services
+from jobs.filters import JobFilterSet
+from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
+from jobs.queries import log_lines
+from projects.models import Project
+from projects.permissions import get_object_for_user
+
+
+class JobWorkerSerializer(serializers.ModelSerializer):
+    # Deliberately no notebook_token, pid details beyond what a user may see.
+    class Meta:
+        model = JobWorker
+        fields = ["rank", "state", "exit_code", "reason", "last_heartbeat_at", "host", "port"]
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["at", "from_state", "to_state", "reason", "actor"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    tenant = serializers.IntegerField(source="project.tenant_id", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "url",
+            "tenant",
+            "project",
+            "name",
+            "kind",
+            "state",
+            "state_reason",
+            "created_by",
+            "runtime",
+            "command",
+            "parameters",
+            "env",
+            "gpus",
+            "cpus",
+            "memory_mb",
+            "workers",
+            "inputs",
+            "outputs_dir",
+            "timeout_seconds",
+            "max_retries",
+            "attempt",
+            "priority",
+            "backend",
+            "placement",
+            "cloned_from",
+            "created_at",
+            "queued_at",
+            "admitted_at",
+            "started_at",
+            "finished_at",
+            "cancel_requested_at",
+        ]
+        read_only_fields = fields
+
+    def get_url(self, job) -> str:
+        return job.get_absolute_url()
+
+
+class JobDetailSerializer(JobSerializer):
+    workers = JobWorkerSerializer(source="worker_set", many=True, read_only=True)
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "workers", "events"]
+        read_only_fields = fields
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """What a submit takes; jobs.services.validate_spec does the real checking."""
+
+    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    kind = serializers.ChoiceField(choices=JobKind.choices, default=JobKind.TRAIN)
+    runtime = serializers.CharField(required=False, allow_blank=True, max_length=500)
+    command = serializers.CharField(required=False, allow_blank=True)
+    parameters = serializers.JSONField(required=False)
+    env = serializers.JSONField(required=False)
+    gpus = serializers.IntegerField(required=False, min_value=0)
+    cpus = serializers.IntegerField(required=False, min_value=1)
+    memory_mb = serializers.IntegerField(required=False, min_value=16)
+    workers = serializers.IntegerField(required=False, min_value=1)
+    inputs = serializers.JSONField(required=False)
+    outputs_dir = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    timeout_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    max_retries = serializers.IntegerField(required=False, min_value=0)
+    priority = serializers.IntegerField(required=False)
+
+
+class LogLineSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    worker = serializers.IntegerField()
+    stream = serializers.CharField()
+    ts = serializers.FloatField(allow_null=True)
+    text = serializers.CharField()
+
+
+class MetricPointSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = MetricPoint
+        fields = ["worker", "seq", "name", "step", "value", "ts"]
+
+
+class ArtifactSerializer(serializers.ModelSerializer):
+    download_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Artifact
+        fields = ["id", "job", "worker", "path", "size", "sha256", "created_at", "download_url"]
+
+    def get_download_url(self, artifact) -> str:
+        return reverse("artifact-download", args=[artifact.pk])
+
+
+class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    queryset = Job.objects.none()
+    filterset_class = JobFilterSet
+    permission_actions = {
+        "list": "job.view",
+        "retrieve": "job.view",
+        "create": "job.submit",
+        "cancel": "job.cancel",
+        "retry": "job.submit",
+        "logs": "job.view",
+        "metrics": "job.view",
+        "artifacts": "job.view",
+    }
+
+    def get_queryset(self):
+        queryset = Job.objects.visible_to(self.request.user).select_related("project", "created_by")
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("worker_set", "events__actor")
+        return queryset
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobSubmitSerializer
+        if self.action == "retrieve":
+            return JobDetailSerializer
+        return JobSerializer
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = JobSubmitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        project = get_object_for_user(
+            request.user, Project, "job.submit", token=request.auth, pk=data.pop("project").pk
+        )
+        job = services.submit_job(request.user, project, **data)
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=JobSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = services.cancel_job(request.user, self.get_object())
+        return Response(JobSerializer(job).data)
+
+    @extend_schema(request=None, responses={201: JobSerializer})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        job = services.retry_job(request.user, self.get_object())
+        return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("worker", OpenApiTypes.INT, description="worker rank (default 0)"),
+            OpenApiParameter("after", OpenApiTypes.INT, description="lines after this seq"),
+            OpenApiParameter("limit", OpenApiTypes.INT, description="at most this many (≤ 5000)"),
+        ],
+        responses=LogLineSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """Log lines in seq order, one page at a time: pass `next_after` back as `after`."""
+        job = self.get_object()
+        try:
+            worker = int(request.query_params.get("worker", 0))
+            after = int(request.query_params.get("after", 0))
+            limit = min(max(int(request.query_params.get("limit", 1000)), 1), 5000)
+        except ValueError:
+            raise serializers.ValidationError("worker, after and limit are integers.") from None
+        lines = log_lines(job, worker=worker, after=after, limit=limit)
+        return Response(
+            {
+                "worker": worker,
+                "results": lines,
+                "next_after": lines[-1]["seq"] if lines else after,
+                "complete": len(lines) < limit,
+            }
+        )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("name", OpenApiTypes.STR),
+            OpenApiParameter("worker", OpenApiTypes.INT),
+        ],
+        responses=MetricPointSerializer(many=True),
+    )
+    @action(detail=True, methods=["get"])
+    def metrics(self, request, pk=None):
+        job = self.get_object()
+        points = MetricPoint.objects.filter(job=job).order_by("name", "step", "seq")
+        if request.query_params.get("name"):
+            points = points.filter(name=request.query_params["name"])
+        if request.query_params.get("worker", "").isdigit():
+            points = points.filter(worker=int(request.query_params["worker"]))
+        page = self.paginate_queryset(points)
+        return self.get_paginated_response(MetricPointSerializer(page, many=True).data)
+
+    @extend_schema(responses=ArtifactSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def artifacts(self, request, pk=None):
+        job = self.get_object()
+        return Response(ArtifactSerializer(job.artifacts.all(), many=True).data)
+
+
+class ArtifactViewSet(viewsets.ReadOnlyModelViewSet):
+    queryset = Artifact.objects.none()
+    serializer_class = ArtifactSerializer
+    permission_actions = {"list": "job.view", "retrieve": "job.view", "download": "job.view"}
+
+    def get_queryset(self):
+        queryset = Artifact.objects.visible_to(self.request.user).select_related("job__project")
+        job = self.request.query_params.get("job")
+        if job and job.isdigit():
+            queryset = queryset.filter(job_id=int(job))
+        return queryset
+
+    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    @action(detail=True, methods=["get"])
+    def download(self, request, pk=None):
+        artifact = self.get_object()
+        return FileResponse(
+            artifact.file.open("rb"), as_attachment=True, filename=artifact.path.rsplit("/", 1)[-1]
+        )

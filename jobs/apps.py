@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class JobsConfig(AppConfig):
+    name = "jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from django_q.signals import post_spawn
+
+        from jobs import tasks
+
+        post_migrate.connect(tasks.register_schedules, sender=self)
+        post_spawn.connect(tasks.on_worker_spawn, dispatch_uid="jobs.adopt")

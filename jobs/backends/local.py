@@ -1,0 +1,438 @@
+"""The local backend: every worker is an executor process on this machine.
+
+What the operating system enforces and what it does not:
+
+* GPUs: exclusive by convention. Each worker gets `CUDA_VISIBLE_DEVICES` with the
+  indices admission assigned to it (an empty value for CPU-only jobs); CUDA
+  honours it, but nothing stops a process from resetting the variable.
+* CPUs: enforced. The executor (and so the command and everything it starts) is
+  pinned with `sched_setaffinity` to as many cores as the job asked for, and
+  OMP/MKL/OpenBLAS thread pools are sized to match.
+* Memory: NOT enforced by the kernel (no cgroups without root). `reconcile`
+  sums the RSS of the command's process group and kills the job when it exceeds
+  the limit, so a brief spike between two checks goes unnoticed and the kernel's
+  OOM killer remains the last line.
+* Time: the executor enforces `timeout_seconds`; reconcile is a backstop.
+
+Executors are started detached (own session, output to `executor.log` in the
+workdir) so they outlive a restart of the django-q worker; their pid and process
+start time (from /proc) let a new worker adopt them without mistaking a
+recycled pid for ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
+
+logger = logging.getLogger(__name__)
+
+EXECUTOR_PACKAGE = Path(settings.BASE_DIR) / "executor"
+# Variables of the platform's environment a job may see; everything else
+# (SECRET_KEY, DATABASE_URL, cloud credentials…) stays out of jobs.
+PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+# --- /proc helpers ------------------------------------------------------------------
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3… of /proc/<pid>/stat (after the command name, which may hold spaces)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            data = fh.read()
+    except (OSError, ValueError):
+        return None
+    return data.rsplit(")", 1)[1].split()
+
+
+def process_start_time(pid: int | None) -> int | None:
+    """The process's start time in clock ticks since boot; None if it is gone or a zombie."""
+    if not pid:
+        return None
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def process_matches(pid: int | None, start_time: int | None) -> bool:
+    return bool(pid) and start_time is not None and process_start_time(pid) == start_time
+
+
+def group_rss_mb(pgid: int) -> int:
+    """Resident memory of every process in a process group, in MiB."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is None or fields[0] in ("Z", "X"):
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[21]) * page
+    return total // (1024 * 1024)
+
+
+def _meminfo_mb() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 4096
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- GPUs -----------------------------------------------------------------------------
+
+
+def _gpus_from_nvml() -> tuple[Gpu, ...] | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name = pynvml.nvmlDeviceGetName(handle)
+            if isinstance(name, bytes):
+                name = name.decode(errors="replace")
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
+            gpus.append(Gpu(index=index, name=name, memory_mb=int(memory)))
+        return tuple(gpus)
+    except Exception as exc:
+        logger.warning("NVML failed while listing GPUs: %s", exc)
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _gpus_from_nvidia_smi() -> tuple[Gpu, ...]:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return ()
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    gpus = []
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0].isdigit():
+            memory = parts[2].split()[0]
+            gpus.append(Gpu(int(parts[0]), parts[1], int(memory) if memory.isdigit() else 0))
+    return tuple(gpus)
+
+
+def detect_gpus() -> tuple[Gpu, ...]:
+    """NVML first (nvidia-ml-py), then nvidia-smi; none found means CPU only."""
+    gpus = _gpus_from_nvml()
+    return gpus if gpus is not None else _gpus_from_nvidia_smi()
+
+
+# --- the backend ----------------------------------------------------------------------
+
+
+class LocalBackend(Backend):
+    name = "local"
+    where = "on this machine"
+    gpu_cache_seconds = 300
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._gpus: tuple[Gpu, ...] | None = None
+        self._gpus_at = 0.0
+        # Executors this process started: polled so they do not linger as zombies.
+        self._children: dict[int, subprocess.Popen] = {}
+
+    # -- capacity ------------------------------------------------------------------
+    def gpus(self) -> tuple[Gpu, ...]:
+        with self._lock:
+            if self._gpus is None or time.monotonic() - self._gpus_at > self.gpu_cache_seconds:
+                self._gpus = detect_gpus()
+                self._gpus_at = time.monotonic()
+            return self._gpus
+
+    def capacity(self) -> Capacity:
+        cpus = settings.GANTRY_LOCAL_CPUS or os.cpu_count() or 1
+        memory = settings.GANTRY_LOCAL_MEMORY_MB or _meminfo_mb()
+        return Capacity(cpus=cpus, memory_mb=memory, gpus=self.gpus())
+
+    # -- the command a worker runs ---------------------------------------------------
+    @staticmethod
+    def interpreter(runtime: str) -> str:
+        """The Python a job runs under: a virtualenv's bin/python, a given interpreter, or ours."""
+        if not runtime:
+            return sys.executable
+        path = Path(runtime)
+        if path.is_dir():
+            return str(path / "bin" / "python")
+        return str(path)
+
+    @staticmethod
+    def runtime_problem(runtime: str) -> str | None:
+        """Why `runtime` cannot be used, or None."""
+        if not runtime:
+            return None
+        path = Path(runtime)
+        if not path.is_absolute():
+            return "Give an absolute path to a Python interpreter or a virtualenv."
+        if path.is_dir():
+            python = path / "bin" / "python"
+            if not (python.is_file() and os.access(python, os.X_OK)):
+                return f"{runtime} is a directory without an executable bin/python."
+            return None
+        if not path.exists():
+            return f"{runtime} does not exist on this machine."
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            return f"{runtime} is not an executable file."
+        return None
+
+    def command(self, job, worker) -> list[str]:
+        from jobs.models import JobKind
+
+        python = self.interpreter(job.runtime)
+        if job.kind == JobKind.NOTEBOOK:
+            return self.notebook_command(job, worker)
+        argv = shlex.split(job.command)
+        if argv and argv[0] in ("python", "python3"):
+            argv[0] = python
+        # Sorted by name: PostgreSQL's jsonb does not keep the order keys were given in,
+        # and a job must get the same command line on every database.
+        for name, value in sorted(job.parameters.items()):
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            argv += [f"--{name}", str(value)]
+        return argv
+
+    def notebook_command(self, job, worker) -> list[str]:
+        return [
+            self.interpreter(job.runtime),
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={worker.port}",
+            # The token comes from JUPYTER_TOKEN (see environment()): argv shows in `ps`.
+            f"--ServerApp.base_url=/jobs/{job.pk}/lab/",
+            "--ServerApp.root_dir=.",
+            "--ServerApp.allow_remote_access=True",
+            *(["--allow-root"] if os.geteuid() == 0 else []),
+        ]
+
+    def environment(self, job, worker) -> dict[str, str]:
+        """The spec's env for one worker: parameters, thread limits, GPUs, torchrun's contract."""
+        env = {str(k): str(v) for k, v in job.env.items()}
+        for name, value in job.parameters.items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            env["GANTRY_PARAM_" + name.upper().replace("-", "_")] = str(value)
+        for var in THREAD_VARS:
+            env.setdefault(var, str(job.cpus))
+        gpus = (job.placement.get("gpus") or {}).get(str(worker.rank), [])
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
+        env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] or "none"
+        if job.kind == "notebook":
+            env["JUPYTER_TOKEN"] = worker.notebook_token
+        if job.kind == "distributed":
+            port = str(job.placement.get("master_port", ""))
+            n = str(job.workers)
+            env.update(
+                {
+                    "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": port,
+                    "WORLD_SIZE": n,
+                    "RANK": str(worker.rank),
+                    "LOCAL_RANK": str(worker.rank),
+                    "LOCAL_WORLD_SIZE": n,
+                    "GROUP_RANK": "0",
+                    "PET_NNODES": "1",
+                    "PET_NPROC_PER_NODE": n,
+                    "PET_NODE_RANK": "0",
+                    "PET_MASTER_ADDR": "127.0.0.1",
+                    "PET_MASTER_PORT": port,
+                }
+            )
+        return env
+
+    # -- processes -------------------------------------------------------------------
+    def _pythonpath(self) -> Path:
+        """A directory holding only `executor` (a symlink to our package), so that
+        `from executor import log_metric` works under any runtime without leaking
+        the platform's own packages into it."""
+        root = Path(settings.GANTRY_JOBS_DIR) / "_pythonpath"
+        link = root / "executor"
+        if not link.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            tmp = root / f".executor-{os.getpid()}"
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            tmp.symlink_to(EXECUTOR_PACKAGE, target_is_directory=True)
+            os.replace(tmp, link)
+        return root
+
+    def _cpu_set(self, job, rank: int) -> set[int] | None:
+        slots = (job.placement.get("cpus") or {}).get(str(rank))
+        try:
+            available = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return None
+        if not slots or not available:
+            return None
+        return {available[slot % len(available)] for slot in slots}
+
+    def workdir(self, job, rank: int) -> Path:
+        return (
+            Path(settings.GANTRY_JOBS_DIR)
+            / str(job.pk)
+            / f"attempt-{job.attempt}"
+            / f"worker-{rank}"
+        )
+
+    def launch(self, job, token_for_rank) -> None:
+        from jobs.models import JobKind, JobWorker
+
+        pythonpath = self._pythonpath()
+        base_env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        base_env["PYTHONPATH"] = str(pythonpath)
+        for worker in JobWorker.objects.filter(job=job).order_by("rank"):
+            workdir = self.workdir(job, worker.rank)
+            workdir.mkdir(parents=True, exist_ok=True)
+            if job.kind == JobKind.NOTEBOOK:
+                worker.host, worker.port = "127.0.0.1", free_port()
+                worker.notebook_token = secrets.token_urlsafe(24)
+            env = {
+                **base_env,
+                "GANTRY_JOB_TOKEN": token_for_rank(worker.rank),
+                "GANTRY_FINAL_FLUSH_SECONDS": str(settings.GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS),
+            }
+            argv = [
+                sys.executable,
+                "-m",
+                "executor",
+                "--api-url",
+                settings.GANTRY_URL,
+                "--job",
+                str(job.pk),
+                "--worker",
+                str(worker.rank),
+                "--workdir",
+                str(workdir),
+            ]
+            with open(workdir / "executor.log", "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            cpus = self._cpu_set(job, worker.rank)
+            if cpus:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(proc.pid, cpus)
+            self._children[proc.pid] = proc
+            worker.pid = proc.pid
+            worker.pid_start_time = process_start_time(proc.pid)
+            worker.workdir = str(workdir)
+            worker.save(
+                update_fields=["pid", "pid_start_time", "workdir", "host", "port", "notebook_token"]
+            )
+
+    def on_worker_started(self, worker) -> None:
+        """The executor reported its command's pid: remember when that process started."""
+        worker.child_start_time = process_start_time(worker.child_pid)
+
+    def _reap(self) -> None:
+        for pid, proc in list(self._children.items()):
+            if proc.poll() is not None:
+                del self._children[pid]
+
+    def _workers(self, job, ranks):
+        workers = list(job.worker_set.all())
+        return [w for w in workers if ranks is None or w.rank in ranks]
+
+    def _signal(self, job, ranks, sig) -> None:
+        self._reap()
+        for worker in self._workers(job, ranks):
+            executor_alive = process_matches(worker.pid, worker.pid_start_time)
+            if executor_alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(worker.pid, sig)
+            if sig == signal.SIGKILL or not executor_alive:
+                # Without its executor (or when killing outright) the command's
+                # process group must be signalled directly: it is its own session.
+                self._signal_child_group(worker, sig)
+
+    @staticmethod
+    def _signal_child_group(worker, sig) -> None:
+        if process_matches(worker.child_pid, worker.child_start_time):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(worker.child_pid, sig)
+
+    def cancel(self, job, ranks=None) -> None:
+        # The executor forwards SIGTERM to the command's process group, waits the
+        # grace period, then sends SIGKILL.
+        self._signal(job, ranks, signal.SIGTERM)
+
+    def kill(self, job, ranks=None) -> None:
+        self._signal(job, ranks, signal.SIGKILL)
+
+    def probe(self, job) -> list[WorkerProbe]:
+        self._reap()
+        probes = []
+        for worker in self._workers(job, None):
+            if worker.pid is None:
+                probes.append(WorkerProbe(worker.rank, alive=False, detail="was never started"))
+                continue
+            alive = process_matches(worker.pid, worker.pid_start_time)
+            rss = None
+            if alive and process_matches(worker.child_pid, worker.child_start_time):
+                rss = group_rss_mb(worker.child_pid)
+            detail = "" if alive else f"executor process {worker.pid} is gone"
+            probes.append(WorkerProbe(worker.rank, alive=alive, detail=detail, rss_mb=rss))
+        return probes
+
+    def forget(self) -> None:
+        """Drop what this process knows about its children (a simulated restart)."""
+        self._children.clear()

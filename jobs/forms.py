@@ -1,0 +1,133 @@
+"""Submit forms, one per kind. They turn text into a spec; jobs.services validates it."""
+
+from django import forms
+
+from jobs.models import JobKind
+
+
+def infer_value(text: str):
+    """`8` -> 8, `0.1` -> 0.1, `true` -> True, anything else stays text."""
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            continue
+    return text
+
+
+def parse_pairs(text: str, *, infer: bool) -> dict:
+    """`name=value` lines (blank lines and # comments ignored)."""
+    pairs = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            raise forms.ValidationError(f"Line {number}: write name=value, not “{line}”.")
+        value = value.strip()
+        pairs[name.strip()] = infer_value(value) if infer else value
+    return pairs
+
+
+def format_pairs(values: dict) -> str:
+    def show(value):
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    return "\n".join(f"{k}={show(v)}" for k, v in values.items())
+
+
+class NotebookJobForm(forms.Form):
+    kind = JobKind.NOTEBOOK
+
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the command.")
+    runtime = forms.CharField(
+        max_length=500,
+        required=False,
+        help_text="Path to a Python interpreter or virtualenv on this machine; "
+        "blank uses Gantry's own Python.",
+    )
+    gpus = forms.IntegerField(min_value=0, initial=0, label="GPUs")
+    cpus = forms.IntegerField(min_value=1, initial=1, label="CPUs")
+    memory_mb = forms.IntegerField(min_value=16, initial=2048, label="Memory (MiB)")
+
+    def spec(self) -> dict:
+        data = dict(self.cleaned_data)
+        data["kind"] = self.kind
+        return data
+
+
+class TrainJobForm(NotebookJobForm):
+    kind = JobKind.TRAIN
+    field_order = ["name", "command", "runtime", "parameters", "env"]
+
+    command = forms.CharField(
+        widget=forms.TextInput(attrs={"placeholder": "python train.py --epochs 3"}),
+        help_text="Split like a shell would; a leading “python” runs under the runtime.",
+    )
+    parameters = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "lr=0.001\nepochs=10"}),
+        required=False,
+        help_text="One name=value per line; numbers and true/false are typed. "
+        "Passed as --name value and as GANTRY_PARAM_NAME.",
+    )
+    env = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=False,
+        label="Environment",
+        help_text="One NAME=value per line.",
+    )
+    timeout_seconds = forms.IntegerField(
+        min_value=1, required=False, label="Timeout (seconds)", help_text="Blank: no limit."
+    )
+    max_retries = forms.IntegerField(
+        min_value=0, max_value=10, initial=0, help_text="Retries after a failed or lost run."
+    )
+    priority = forms.IntegerField(initial=0, help_text="Higher runs first.")
+
+    def clean_parameters(self):
+        return parse_pairs(self.cleaned_data.get("parameters") or "", infer=True)
+
+    def clean_env(self):
+        return parse_pairs(self.cleaned_data.get("env") or "", infer=False)
+
+
+class DistributedJobForm(TrainJobForm):
+    kind = JobKind.DISTRIBUTED
+
+    workers = forms.IntegerField(
+        min_value=1,
+        max_value=64,
+        initial=2,
+        help_text="Started together; each gets the GPUs, CPUs and memory above.",
+    )
+
+
+FORMS = {
+    JobKind.TRAIN: TrainJobForm,
+    JobKind.DISTRIBUTED: DistributedJobForm,
+    JobKind.NOTEBOOK: NotebookJobForm,
+}
+
+
+def initial_from_job(job) -> dict:
+    """A form's initial data from an existing job (clone-and-edit)."""
+    return {
+        "name": job.name,
+        "runtime": job.runtime,
+        "command": job.command,
+        "parameters": format_pairs(job.parameters),
+        "env": format_pairs(job.env),
+        "gpus": job.gpus,
+        "cpus": job.cpus,
+        "memory_mb": job.memory_mb,
+        "workers": job.workers,
+        "timeout_seconds": job.timeout_seconds,
+        "max_retries": job.max_retries,
+        "priority": job.priority,
+    }

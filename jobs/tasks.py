@@ -1,0 +1,124 @@
+"""Background work for jobs (django-q2). Each task is a plain function that tests call directly.
+
+Schedules are registered by code (`register_schedules`, run after every migrate):
+admission and reconcile every minute, cleanup hourly. A minute is django-q's
+finest schedule, so submits and finished jobs also `kick()` an immediate
+admission pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.utils import timezone
+
+from jobs import services
+from jobs.admission import admission_pass
+from jobs.models import Job
+from jobs.states import LAUNCHED, TERMINAL, JobState
+
+logger = logging.getLogger(__name__)
+
+SCHEDULES = {
+    # name: (function, minutes between runs)
+    "jobs: admit and launch": ("jobs.tasks.admit_and_launch", 1),
+    "jobs: reconcile": ("jobs.tasks.reconcile", 1),
+    "jobs: clean up workdirs": ("jobs.tasks.cleanup", 60),
+}
+
+
+def kick() -> None:
+    """Queue an admission pass now (after a submit, or when capacity was freed)."""
+    from django_q.tasks import async_task
+
+    try:
+        async_task("jobs.tasks.admit_and_launch", task_name="jobs: admit and launch (kick)")
+    except Exception:  # the broker being down must not break the request that kicked
+        logger.warning("could not queue an admission pass", exc_info=True)
+
+
+def admit_and_launch() -> dict:
+    """Admit what fits, then start every admitted job's executors."""
+    admitted = admission_pass()
+    launched = 0
+    for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):
+        if services.launch_job(job):
+            launched += 1
+    return {"admitted": len(admitted), "launched": launched}
+
+
+def reconcile() -> dict:
+    """Lost workers, memory limits, server-side timeouts, stuck cancels, idle notebooks."""
+    now = timezone.now()
+    outcomes: dict[str, int] = {}
+    for job in Job.objects.filter(state__in=LAUNCHED).select_related("project"):
+        try:
+            outcome = services.reconcile_job(job, now)
+        except Exception:
+            logger.exception("reconcile failed for job %s", job.pk)
+            continue
+        if outcome:
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return outcomes
+
+
+def adopt() -> dict:
+    """After the worker (re)starts: keep executors that still run, mark the rest lost."""
+    outcomes: dict[str, int] = {}
+    for job in Job.objects.filter(state__in=LAUNCHED):
+        try:
+            outcome = services.reconcile_job(job, adopting=True) or "adopted"
+        except Exception:
+            logger.exception("adopt failed for job %s", job.pk)
+            continue
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return outcomes
+
+
+def cleanup() -> int:
+    """Delete the workdirs of jobs that finished more than the retention period ago
+    (or no longer exist). Outputs are already in storage; logs in the database."""
+    root = Path(settings.GANTRY_JOBS_DIR)
+    if not root.is_dir():
+        return 0
+    cutoff = timezone.now() - timedelta(hours=settings.GANTRY_JOB_WORKDIR_RETENTION_HOURS)
+    ids = [int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()]
+    jobs = {j.pk: j for j in Job.objects.filter(pk__in=ids).only("state", "finished_at")}
+    removed = 0
+    for job_id in ids:
+        job = jobs.get(job_id)
+        if job is not None and (
+            job.state not in TERMINAL or not job.finished_at or job.finished_at > cutoff
+        ):
+            continue
+        shutil.rmtree(root / str(job_id), ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def register_schedules(**kwargs) -> None:
+    """Create or update the django-q Schedule rows (idempotent; a post_migrate handler)."""
+    from django_q.models import Schedule
+
+    for name, (func, minutes) in SCHEDULES.items():
+        Schedule.objects.update_or_create(
+            name=name,
+            defaults={
+                "func": func,
+                "schedule_type": Schedule.MINUTES,
+                "minutes": minutes,
+                "repeats": -1,
+            },
+        )
+
+
+def on_worker_spawn(**kwargs) -> None:
+    """django-q started a worker process: adopt the executors a previous one left running."""
+    try:
+        adopt()
+    except Exception:
+        logger.exception("adopting running jobs failed")

@@ -1,0 +1,257 @@
+"""Submitting jobs: validation in the service, the form and the API; lists; cancel and retry."""
+
+import pytest
+from django.urls import reverse
+
+from accounts import services as account_services
+from jobs import services
+from jobs.admission import Free, Request, first_come_first_served
+from jobs.forms import parse_pairs
+from jobs.models import Job
+from jobs.states import transition
+
+
+@pytest.fixture(autouse=True)
+def _small_machine(job_settings):
+    """A 4-CPU, 8 GiB machine without GPUs, whatever runs the tests."""
+
+
+def test_owner_submits_a_train_job_from_the_form(client_for, owner, project):
+    client = client_for(owner)
+    url = reverse("jobs:job_add", args=[project.pk])
+    assert client.get(url + "?kind=distributed").status_code == 200
+    response = client.post(
+        url,
+        {
+            "kind": "train",
+            "command": "python train.py",
+            "parameters": "lr=0.001\nepochs=3\nfast=true\nname=resnet",
+            "env": "SEED=1",
+            "gpus": 0,
+            "cpus": 1,
+            "memory_mb": 512,
+            "max_retries": 2,
+            "priority": 0,
+        },
+    )
+    job = Job.objects.get()
+    assert response.status_code == 302 and response.url == job.get_absolute_url()
+    assert job.parameters == {"lr": 0.001, "epochs": 3, "fast": True, "name": "resnet"}
+    assert job.env == {"SEED": "1"}
+    assert job.state == "queued" and job.state_reason == "waiting for admission"
+    assert client.get(job.get_absolute_url()).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "changes,field",
+    [
+        ({"command": ""}, "command"),
+        ({"command": "python 'unbalanced"}, "command"),
+        ({"parameters": "not a pair"}, "parameters"),
+        ({"parameters": "9lives=1"}, "parameters"),
+        ({"env": "GANTRY_JOB_ID=3"}, "env"),
+        ({"gpus": 2}, "gpus"),
+        ({"cpus": 64}, "cpus"),
+        ({"runtime": "/no/such/python"}, "runtime"),
+        ({"runtime": "relative/python"}, "runtime"),
+    ],
+)
+def test_bad_form_input_shows_field_errors_and_creates_nothing(
+    client_for, owner, project, changes, field
+):
+    data = {
+        "kind": "train",
+        "command": "python x.py",
+        "gpus": 0,
+        "cpus": 1,
+        "memory_mb": 512,
+        "max_retries": 0,
+        "priority": 0,
+        **changes,
+    }
+    response = client_for(owner).post(reverse("jobs:job_add", args=[project.pk]), data)
+    assert response.status_code == 400
+    assert response.context["form"].errors[field]
+    assert not Job.objects.exists()
+
+
+def test_api_submit_validates_and_creates(api_for, owner, project):
+    api = api_for(owner)
+    bad = api.post(
+        "/api/v1/jobs/",
+        {
+            "project": project.pk,
+            "kind": "train",
+            "command": "python x.py",
+            "parameters": {"lr": [1, 2]},
+            "workers": 2,
+            "gpus": 1,
+        },
+        format="json",
+    )
+    assert bad.status_code == 400
+    assert set(bad.json()) >= {"parameters", "workers", "gpus"}
+    assert not Job.objects.exists()
+
+    missing = api.post("/api/v1/jobs/", {"project": project.pk}, format="json")
+    assert missing.status_code == 400 and "command" in missing.json()
+
+    ok = api.post(
+        "/api/v1/jobs/",
+        {
+            "project": project.pk,
+            "kind": "distributed",
+            "workers": 2,
+            "command": "python ddp.py",
+            "parameters": {"lr": 0.1},
+        },
+        format="json",
+    )
+    assert ok.status_code == 201, ok.content
+    job = Job.objects.get()
+    assert ok.json()["id"] == job.pk and job.workers == 2
+    assert job.worker_set.count() == 2
+
+
+def test_member_may_not_submit(api_for, member, project):
+    response = api_for(member).post(
+        "/api/v1/jobs/", {"project": project.pk, "command": "python x.py"}, format="json"
+    )
+    assert response.status_code == 403
+
+
+def test_outsider_cannot_submit_to_a_project_they_cannot_see(api_for, outsider, project):
+    response = api_for(outsider).post(
+        "/api/v1/jobs/", {"project": project.pk, "command": "python x.py"}, format="json"
+    )
+    assert response.status_code == 404
+
+
+def test_cancel_a_queued_job_and_retry_it(client_for, owner, project):
+    job = services.submit_job(owner, project, command="python x.py")
+    client = client_for(owner)
+    response = client.post(reverse("jobs:job_cancel", args=[job.pk]))
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert job.state == "cancelled" and job.state_reason == f"cancelled by {owner.username}"
+
+    response = client.post(reverse("jobs:job_retry", args=[job.pk]))
+    new = Job.objects.exclude(pk=job.pk).get()
+    assert response.url == new.get_absolute_url()
+    assert new.cloned_from == job and new.command == job.command and new.state == "queued"
+
+
+def test_clone_and_edit_prefills_the_form(client_for, owner, project):
+    job = services.submit_job(owner, project, command="python x.py", parameters={"lr": 0.5})
+    client = client_for(owner)
+    page = client.get(reverse("jobs:job_clone", args=[job.pk]))
+    assert page.context["form"].initial["parameters"] == "lr=0.5"
+    client.post(
+        reverse("jobs:job_clone", args=[job.pk]),
+        {
+            "command": "python y.py",
+            "parameters": "lr=0.1",
+            "gpus": 0,
+            "cpus": 1,
+            "memory_mb": 512,
+            "max_retries": 0,
+            "priority": 0,
+        },
+    )
+    clone = Job.objects.get(cloned_from=job)
+    assert clone.command == "python y.py" and clone.parameters == {"lr": 0.1}
+
+
+def test_transitions_are_guarded_against_races(owner, project):
+    job = services.submit_job(owner, project, command="python x.py")
+    stale = Job.objects.get(pk=job.pk)
+    assert transition(job, "admitted", "first")
+    assert not transition(stale, "admitted", "second")  # read as queued, no longer queued
+    assert not transition(job, "succeeded", "not allowed from admitted")
+    assert list(job.events.values_list("to_state", flat=True)) == ["queued", "admitted"]
+
+
+def test_queued_jobs_say_why_they_wait(owner, project):
+    big = services.submit_job(owner, project, command="python x.py", cpus=4)
+    small = services.submit_job(owner, project, command="python x.py", cpus=1)
+    from jobs.admission import admission_pass
+
+    assert admission_pass() == [big]
+    small.refresh_from_db()
+    assert small.state == "queued"
+    assert small.state_reason == "waiting for 1 CPU: 0 free on this machine"
+    third = services.submit_job(owner, project, command="python x.py", cpus=1)
+    admission_pass()
+    third.refresh_from_db()
+    assert third.state_reason == f"position 2 in queue (behind job #{small.pk})"
+
+
+def test_gang_admission_is_all_or_nothing():
+    free = Free(cpus=3, memory_mb=10_000, gpu_indices=[0, 1, 2], cpu_slots=[0, 1, 2])
+    admitted, waiting = first_come_first_served(
+        [
+            Request(1, workers=2, gpus=1, cpus=1, memory_mb=100),
+            Request(2, workers=2, gpus=1, cpus=1, memory_mb=100),
+        ],
+        free,
+        "on this machine",
+    )
+    assert admitted == {1: {"gpus": {"0": [0], "1": [1]}, "cpus": {"0": [0], "1": [1]}}}
+    assert waiting == {2: "waiting for 2 GPUs (2 workers): 1 free on this machine"}
+
+
+def test_parameters_are_typed():
+    assert parse_pairs("a=1\nb=1.5\nc=false\nd=x=y\n# note", infer=True) == {
+        "a": 1,
+        "b": 1.5,
+        "c": False,
+        "d": "x=y",
+    }
+
+
+def test_job_list_query_count_does_not_grow_with_the_page(
+    client_for, api_for, owner, project, django_assert_max_num_queries
+):
+    other = account_services.create_tenant(actor=owner, name="Lab C", slug="lab-c")
+    from projects import services as project_services
+
+    second = project_services.create_project(actor=owner, tenant=other, name="P", slug="p")
+    for i in range(3):
+        services.submit_job(owner, project if i % 2 else second, command="python x.py")
+    client = client_for(owner)
+    api = api_for(owner)
+    with django_assert_max_num_queries(12) as small_page:
+        assert client.get(reverse("jobs:job_list")).status_code == 200
+    with django_assert_max_num_queries(12) as small_api:
+        assert api.get("/api/v1/jobs/").status_code == 200
+    for i in range(30):
+        services.submit_job(owner, project if i % 2 else second, command="python x.py")
+    with django_assert_max_num_queries(len(small_page.captured_queries)):
+        assert client.get(reverse("jobs:job_list")).status_code == 200
+    with django_assert_max_num_queries(len(small_api.captured_queries)):
+        response = api.get("/api/v1/jobs/?status=queued")
+    assert response.json()["count"] == 33
+
+
+def test_job_list_filters(client_for, owner, project):
+    services.submit_job(owner, project, command="python a.py", name="alpha")
+    services.submit_job(owner, project, kind="notebook", name="lab")
+    client = client_for(owner)
+    page = client.get(reverse("jobs:job_list") + "?kind=notebook")
+    assert [j.name for j in page.context["objects"]] == ["lab"]
+    partial = client.get(reverse("jobs:job_list") + "?q=alpha", HTTP_HX_REQUEST="true")
+    assert b"alpha" in partial.content and b"<html" not in partial.content
+
+
+def test_notebook_target_is_none_until_the_notebook_runs(owner, project):
+    job = services.submit_job(owner, project, kind="notebook")
+    assert job.command == ""
+    assert services.notebook_target(job) is None
+    from jobs.backends import get_backend
+
+    worker = job.worker_set.get()
+    worker.port, worker.notebook_token = 8899, "secret"
+    argv = get_backend().command(job, worker)
+    assert argv[1:3] == ["-m", "jupyterlab"]
+    assert f"--ServerApp.base_url=/jobs/{job.pk}/lab/" in argv
+    assert "--ServerApp.port=8899" in argv
