@@ -273,6 +273,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.schema.add_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "TenantRoleEnum": "accounts.models.TenantRole",
         "ProjectRoleEnum": "projects.models.ProjectRole",

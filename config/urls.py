@@ -1,9 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.api import router
+from core.api import api_not_found
 from core.views import AuditEventListView, HomeView
 
 urlpatterns = [
@@ -22,4 +23,6 @@ urlpatterns = [
     path("api/v1/", include("config.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # Anything else under /api/ answers in JSON, not with the HTML 404 page.
+    re_path(r"^api/", api_not_found, name="api-not-found"),
 ]

@@ -2,15 +2,41 @@
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, pagination, permissions
 
 from projects.permissions import AUTHENTICATED, MATRIX_VIEW_OF, can
 
 
 class Pagination(pagination.PageNumberPagination):
+    """Page-number pagination that refuses a malformed page size instead of ignoring it."""
+
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_size(self, request):
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        try:
+            size = int(raw)
+        except ValueError:
+            size = 0
+        if not 1 <= size <= self.max_page_size:
+            raise exceptions.ValidationError(
+                {self.page_size_query_param: f"A whole number from 1 to {self.max_page_size}."}
+            )
+        return size
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1, "maximum": self.max_page_size}
+            elif parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1}
+        return parameters
 
 
 class MatrixPermission(permissions.BasePermission):
@@ -52,6 +78,11 @@ class MatrixPermission(permissions.BasePermission):
         if actions is None:
             return None
         return actions.get(getattr(view, "action", None)) or actions.get("*")
+
+
+@csrf_exempt  # answers every method the same; it changes nothing
+def api_not_found(request, *args, **kwargs):
+    return JsonResponse({"detail": "No such API endpoint."}, status=404)
 
 
 def exception_handler(exc, context):

@@ -97,3 +97,13 @@ def api_for():
 def _fast_password_hashing(settings):
     # PBKDF2 is slow on purpose; the tests make many users.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    # Throttles and login limits count in the cache; one test must not spend another's.
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+    cache.clear()

@@ -49,7 +49,7 @@ PAGES = sorted(
     {
         name: p
         for name, p in _walk(get_resolver().url_patterns)
-        if not str(p.pattern).startswith("api/")
+        if not str(p.pattern).lstrip("^").startswith("api/")
     }.items()
 )
 
