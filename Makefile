@@ -40,8 +40,13 @@ test-postgres: $(STAMP)
 	elif [ "$$CI" = "true" ]; then echo "PostgreSQL/Redis not reachable and CI=true"; exit 1; \
 	else echo "PostgreSQL/Redis not reachable: skipped the PostgreSQL + Redis pass"; fi
 
+# Every benchmark in bench/ (the locustfile is the load generator's, not a benchmark).
 bench: $(STAMP)
-	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[bench]'
+	for script in bench/*.py; do \
+		case $$script in *locustfile.py) continue;; esac; \
+		$(BIN)/python $$script || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) staticfiles

@@ -5,10 +5,11 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.api import router
 from core.api import api_not_found
-from core.views import AuditEventListView, HomeView
+from core.views import AuditEventListView, HomeView, healthz
 
 urlpatterns = [
     path("", HomeView.as_view(), name="home"),
+    path("healthz", healthz, name="healthz"),
     path("audit/", AuditEventListView.as_view(), name="audit_list"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

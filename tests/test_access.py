@@ -22,7 +22,7 @@ from projects.permissions import AUTHENTICATED, MATRIX, MATRIX_VIEW_OF, can
 
 ROLES = ["owner", "member", "outsider"]
 # Views anyone may reach, signed in or not.
-PUBLIC = {"login", "logout", "api-schema", "api-docs"}
+PUBLIC = {"login", "logout", "api-schema", "api-docs", "healthz"}
 # Pages that only answer 200 with something running behind them: the walk checks that
 # signed-out users are sent to log in and outsiders get 404; the named test file covers
 # the allowed side against the real thing.
