@@ -1,0 +1,60 @@
+"""Background work for datasets (django-q2): commits, archive unpacking, cleanup.
+
+Schedules are registered by code after every migrate (`register_schedules`), like
+jobs/tasks.py: abandoned uploads are aborted hourly, unreferenced blobs collected daily.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from datasets import services
+
+logger = logging.getLogger(__name__)
+
+SCHEDULES = {
+    # name: (function, minutes between runs)
+    "datasets: abort abandoned uploads": ("datasets.tasks.cleanup_uploads", 60),
+    "datasets: collect unreferenced blobs": ("datasets.tasks.collect_garbage", 24 * 60),
+}
+
+
+def enqueue(func: str, object_id: int) -> None:
+    """Queue a task; if the broker is down the object stays as it is and can be retried."""
+    from django_q.tasks import async_task
+
+    try:
+        async_task(func, object_id, task_name=f"{func} {object_id}")
+    except Exception:
+        logger.warning("could not queue %s(%s)", func, object_id, exc_info=True)
+
+
+def commit_upload(session_id: int) -> str:
+    return services.finish_commit(session_id).state
+
+
+def extract_archive(import_id: int) -> str:
+    return services.extract_archive(import_id).state
+
+
+def cleanup_uploads() -> int:
+    return services.cleanup_abandoned_uploads()
+
+
+def collect_garbage() -> int:
+    return services.collect_garbage()
+
+
+def register_schedules(**kwargs) -> None:
+    from django_q.models import Schedule
+
+    for name, (func, minutes) in SCHEDULES.items():
+        Schedule.objects.update_or_create(
+            name=name,
+            defaults={
+                "func": func,
+                "schedule_type": Schedule.MINUTES,
+                "minutes": minutes,
+                "repeats": -1,
+            },
+        )
