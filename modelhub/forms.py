@@ -1,0 +1,69 @@
+from django import forms
+
+from images.forms import MultipleFileField
+
+
+class TagsField(forms.CharField):
+    def prepare_value(self, value):
+        return ", ".join(value) if isinstance(value, list) else value
+
+
+class RegisteredModelForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    description = forms.CharField(max_length=500, required=False)
+    tags = TagsField(required=False, help_text="Comma-separated.")
+    card = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 10}),
+        required=False,
+        label="Model card",
+        help_text="Markdown: what the model does, its data, how it was evaluated, its limits.",
+    )
+
+
+class VersionUploadForm(forms.Form):
+    files = MultipleFileField(
+        help_text="The model's files, e.g. model.safetensors and config.json."
+    )
+    description = forms.CharField(max_length=500, required=False)
+    tags = TagsField(required=False, help_text="Comma-separated.")
+
+
+class RegisterFromJobForm(forms.Form):
+    model = forms.ModelChoiceField(queryset=None, required=False, empty_label="— a new model —")
+    model_name = forms.CharField(max_length=200, required=False, label="New model name")
+    paths = forms.MultipleChoiceField(
+        choices=(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Files",
+        help_text="None ticked: all of the job's output files.",
+    )
+    description = forms.CharField(max_length=500, required=False)
+
+    def __init__(self, *args, models, paths, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["model"].queryset = models
+        self.fields["paths"].choices = [(p, p) for p in paths]
+
+
+class AliasForm(forms.Form):
+    name = forms.CharField(max_length=64, help_text="e.g. production, staging, candidate")
+    version = forms.IntegerField(min_value=1, help_text="Version number")
+
+
+class PredictForm(forms.Form):
+    command = forms.CharField(
+        initial="python examples/predict_digits.py",
+        help_text="Parameters are passed as --name value; model is the staged model file.",
+    )
+    image = forms.ModelChoiceField(queryset=None, required=False, empty_label="Gantry's Python")
+    inputs = forms.JSONField(
+        required=False,
+        initial=list,
+        help_text="Dataset versions to stage, as job inputs (a JSON list); may be empty.",
+    )
+    gpus = forms.IntegerField(min_value=0, initial=0)
+
+    def __init__(self, *args, images, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["image"].queryset = images
