@@ -31,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--token", default=os.environ.get("GANTRY_JOB_TOKEN"), help="env GANTRY_JOB_TOKEN"
     )
+    p.add_argument(
+        "--token-file",
+        default=os.environ.get("GANTRY_JOB_TOKEN_FILE") or None,
+        help="a file holding the token, or a directory with one file per worker rank "
+        "(a mounted Kubernetes Secret), env GANTRY_JOB_TOKEN_FILE",
+    )
     p.add_argument("--job", default=os.environ.get("GANTRY_JOB_ID"), help="env GANTRY_JOB_ID")
     p.add_argument(
         "--worker",
@@ -54,9 +60,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def read_token_file(path: str, worker: int) -> str:
+    """The token in `path`, or in `path/<worker>` when `path` is a directory: the pods of
+    a Kubernetes Indexed Job share one template, so each picks its rank's key."""
+    if os.path.isdir(path):
+        path = os.path.join(path, str(worker))
+    with open(path, encoding="utf-8") as fh:
+        return fh.read().strip()
+
+
+def _worker_rank(args) -> int:
+    return args.worker if args.worker is not None else int(os.environ.get("GANTRY_WORKER_RANK") or 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.token and args.token_file:
+        try:
+            args.token = read_token_file(args.token_file, _worker_rank(args))
+        except (OSError, ValueError) as exc:
+            print(f"gantry-executor: error: cannot read the token file: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     missing = [
         opt
         for opt, value in (
@@ -74,11 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_USAGE
     try:
-        worker = (
-            args.worker
-            if args.worker is not None
-            else int(os.environ.get("GANTRY_WORKER_RANK") or 0)
-        )
+        worker = _worker_rank(args)
         flush = (
             args.final_flush_seconds
             if args.final_flush_seconds is not None

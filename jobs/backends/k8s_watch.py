@@ -1,0 +1,452 @@
+"""From what Kubernetes says about pods and Jobs to what Gantry's services are told.
+
+Two halves:
+
+* `assess_pod(pod)` — a pure reading of a V1Pod: pending (and why), running, or ended
+  (and why, in words people understand: an image that cannot be pulled, no node for the
+  request, OOMKilled, evicted).
+* `observe_pod(job, pod)` / `on_pod_event` / `on_job_event` — report that to
+  `jobs.services` the way an executor would: an ended worker through
+  `record_worker_status` (or as lost, then `settle_job`), a pending reason as the job's
+  reason while it starts. Then whatever belongs to no running attempt is deleted, so a
+  failed image pull or a cancelled job leaves nothing running.
+
+`ResourceWatch` lists, then watches from the list's resourceVersion, resumes from the
+last one it saw, and lists again when the API server answers 410 Gone. `manage.py
+k8s_watch` runs one for pods and one for Jobs per cluster; `KubernetesBackend.probe` (in
+the reconcile task) calls `observe_pod` too, so a missed event costs a minute at most.
+
+The executor reports "started" itself: a running container is not yet a running command
+(inputs are staged first), and a job's timeout counts from the command's start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from jobs.backends import k8s_manifests as m
+
+logger = logging.getLogger(__name__)
+
+IMAGE_FAILURES = ("ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull")
+CREATE_FAILURES = ("CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+
+
+@dataclass(frozen=True)
+class PodVerdict:
+    """pending | waiting (pending with a reason worth showing) | running | terminating |
+    succeeded | failed | lost."""
+
+    status: str
+    reason: str = ""
+    exit_code: int | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ("succeeded", "failed", "lost")
+
+
+def pod_rank(pod) -> int:
+    annotations = pod.metadata.annotations or {}
+    labels = pod.metadata.labels or {}
+    raw = annotations.get(m.INDEX_ANNOTATION, labels.get(m.LABEL_RANK, "0"))
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _container(pod):
+    for status in (pod.status.container_statuses or []) if pod.status else []:
+        if status.name == m.CONTAINER:
+            return status
+    return None
+
+
+def _memory_limit(pod) -> str:
+    for container in pod.spec.containers if pod.spec else []:
+        if container.name == m.CONTAINER and container.resources and container.resources.limits:
+            return container.resources.limits.get("memory", "")
+    return ""
+
+
+def _image(pod) -> str:
+    for container in pod.spec.containers if pod.spec else []:
+        if container.name == m.CONTAINER:
+            return container.image or ""
+    return ""
+
+
+def _condition(pod, kind: str):
+    for cond in (pod.status.conditions or []) if pod.status else []:
+        if cond.type == kind:
+            return cond
+    return None
+
+
+def assess_pod(
+    pod, now: datetime | None = None, unschedulable_seconds: int | None = None
+) -> PodVerdict:
+    """What a pod's status means for its worker, in words for the job page."""
+    now = now or timezone.now()
+    if unschedulable_seconds is None:
+        unschedulable_seconds = settings.GANTRY_K8S_UNSCHEDULABLE_SECONDS
+    status = pod.status
+    container = _container(pod)
+    state = container.state if container else None
+
+    if state and state.terminated:
+        t = state.terminated
+        if t.reason == "OOMKilled":
+            limit = _memory_limit(pod)
+            return PodVerdict(
+                "failed",
+                f"out of memory: the container went over its memory limit of {limit} "
+                f"and was killed (OOMKilled, exit code {t.exit_code})",
+                t.exit_code,
+            )
+        if t.exit_code == 0:
+            return PodVerdict("succeeded", "exited with code 0", 0)
+        detail = f" ({t.message.strip()[:300]})" if t.message and t.message.strip() else ""
+        return PodVerdict("failed", f"exited with code {t.exit_code}{detail}", t.exit_code)
+
+    disruption = _condition(pod, "DisruptionTarget")
+    if disruption is not None and disruption.status == "True":
+        return PodVerdict(
+            "lost",
+            f"Kubernetes stopped the pod ({disruption.reason}: {disruption.message or 'no detail'})",
+        )
+    if status and status.phase == "Failed":
+        return PodVerdict(
+            "lost",
+            f"the pod failed ({status.reason or 'no reason'}: {status.message or 'no detail'})",
+        )
+    if status and status.phase == "Succeeded":
+        return PodVerdict("succeeded", "exited with code 0", 0)
+    if pod.metadata.deletion_timestamp is not None:
+        return PodVerdict("terminating", "the pod is being deleted")
+
+    if state and state.waiting:
+        w = state.waiting
+        message = (w.message or w.reason or "").strip()[:300]
+        if w.reason in IMAGE_FAILURES:
+            return PodVerdict("failed", f"the image {_image(pod)} cannot be pulled: {message}")
+        if w.reason == "ErrImagePull":
+            return PodVerdict(
+                "waiting", f"pulling the image {_image(pod)} failed, retrying: {message}"
+            )
+        if w.reason in CREATE_FAILURES:
+            return PodVerdict("failed", f"the container could not be created: {message}")
+        if w.reason == "ContainerCreating":
+            return PodVerdict("pending", "pulling the image and creating the container")
+
+    scheduled = _condition(pod, "PodScheduled")
+    if (
+        scheduled is not None
+        and scheduled.status == "False"
+        and scheduled.reason == "Unschedulable"
+    ):
+        message = (scheduled.message or "").strip()[:300]
+        since = scheduled.last_transition_time
+        if since is not None and (now - since).total_seconds() > unschedulable_seconds:
+            minutes = max(1, unschedulable_seconds // 60)
+            return PodVerdict(
+                "failed", f"no node can run it (waited {minutes} min for one): {message}"
+            )
+        return PodVerdict("waiting", f"waiting for a node: {message}")
+
+    if state and state.running:
+        return PodVerdict("running", "")
+    return PodVerdict("pending", "waiting for the pod to start")
+
+
+# --- reporting to the services ----------------------------------------------------------
+
+
+def vouch(job, rank: int, now: datetime) -> None:
+    """The cluster is still scheduling or pulling for this worker: its executor has not
+    started, so it cannot heartbeat, but nothing is lost (reconcile's heartbeat timeout
+    is for executors, and an image pull can take minutes)."""
+    from jobs.models import JobWorker
+
+    JobWorker.objects.filter(job=job, rank=rank, state__in=("pending", "starting")).update(
+        last_heartbeat_at=now
+    )
+
+
+def note_reason(job, reason: str) -> None:
+    """Show why a starting job has not started yet (once per distinct reason)."""
+    from jobs import services
+    from jobs.models import Job
+    from jobs.states import JobState
+
+    reason = reason[:500]
+    if (
+        Job.objects.filter(pk=job.pk, state=JobState.STARTING)
+        .exclude(state_reason=reason)
+        .update(state_reason=reason)
+    ):
+        job.state_reason = reason
+        services._note(job, reason)
+
+
+def report_ended(job, rank: int, verdict: PodVerdict) -> None:
+    """Tell the services a worker ended, as its executor would have (a repeated report,
+    after the executor's own, changes nothing)."""
+    from jobs import services
+    from jobs.models import JobWorker
+
+    who = f"worker {rank}: " if job.workers > 1 else ""
+    if verdict.status == "lost":
+        JobWorker.objects.filter(job=job, rank=rank).exclude(state__in=services.WORKER_DONE).update(
+            state="lost", reason=verdict.reason[:500]
+        )
+        services.settle_job(job)
+        return
+    logger.info("job %s %s%s", job.pk, who, verdict.reason)
+    services.record_worker_status(
+        job,
+        rank,
+        {
+            "event": "exited",
+            "outcome": verdict.status,
+            "exit_code": verdict.exit_code,
+            "reason": verdict.reason,
+        },
+    )
+
+
+def observe_pod(job, pod, *, now=None, backend=None, ref=None) -> PodVerdict:
+    """Report what one pod of the job's current attempt says; returns the verdict."""
+    from jobs.states import LAUNCHED
+
+    now = now or timezone.now()
+    rank = pod_rank(pod)
+    verdict = assess_pod(pod, now)
+    if job.state not in LAUNCHED:
+        return verdict
+    if verdict.status in ("pending", "waiting"):
+        vouch(job, rank, now)
+        if verdict.status == "waiting":
+            note_reason(job, verdict.reason)
+    elif verdict.ended:
+        report_ended(job, rank, verdict)
+        if verdict.status != "succeeded" and backend is not None:
+            # An image that cannot be pulled or a pod no node takes would sit there.
+            name = m.workload_name(job.pk, job_attempt_of(pod, job.attempt))
+            backend.delete_workload(ref, pod.metadata.namespace, name, job.kind)
+    return verdict
+
+
+def job_attempt_of(obj, default: int) -> int:
+    try:
+        return int((obj.metadata.labels or {}).get(m.LABEL_ATTEMPT, default))
+    except (TypeError, ValueError):
+        return default
+
+
+def _gantry_job(labels: dict):
+    from jobs.models import Job
+
+    try:
+        job_id = int(labels[m.LABEL_JOB])
+        attempt = int(labels[m.LABEL_ATTEMPT])
+    except (KeyError, TypeError, ValueError):
+        return None, None
+    job = Job.objects.filter(pk=job_id).select_related("project__tenant").first()
+    return job, attempt
+
+
+def _record_node(job, pod) -> None:
+    """Where a worker really runs. Admission planned `placement["hosts"]` (rank -> node)
+    and `placement["nodes"]` (node -> workers); on Kubernetes the cluster's scheduler has
+    the last word, so the plan is corrected to what it did: admission's accounting and
+    the cluster page then show the truth."""
+    from collections import Counter
+
+    from django.db import transaction
+
+    from jobs.models import Job
+
+    node = pod.spec.node_name if pod.spec else None
+    if not node:
+        return
+    rank = str(pod_rank(pod))
+    if (job.placement.get("hosts") or {}).get(rank) == node:
+        return
+    with transaction.atomic():
+        row = Job.objects.select_for_update().filter(pk=job.pk, attempt=job.attempt).first()
+        if row is None:
+            return
+        placement = dict(row.placement)
+        hosts = {**(placement.get("hosts") or {}), rank: node}
+        placement["hosts"] = hosts
+        placement["nodes"] = dict(Counter(hosts.values()))
+        Job.objects.filter(pk=job.pk).update(placement=placement)
+        job.placement = placement
+
+
+def on_pod_event(backend, ref, event_type: str, pod) -> str:
+    """One pod from a list or a watch event. Returns what was done (for logs and tests)."""
+    from jobs.states import LAUNCHED
+
+    job, attempt = _gantry_job(pod.metadata.labels or {})
+    if job is None and attempt is None:
+        return "ignored"
+    live = job is not None and job.state in LAUNCHED and job.attempt == attempt
+    if not live:
+        phase = pod.status.phase if pod.status else None
+        if (
+            event_type != "DELETED"
+            and phase in ("Pending", "Running")
+            and not pod.metadata.deletion_timestamp
+        ):
+            kind = (pod.metadata.labels or {}).get(m.LABEL_KIND, "train")
+            name = m.workload_name(int(pod.metadata.labels[m.LABEL_JOB]), attempt)
+            backend.delete_workload(ref, pod.metadata.namespace, name, kind)
+            return "deleted orphan"
+        return "ignored"
+    if event_type == "DELETED":
+        verdict = assess_pod(pod)
+        if verdict.ended:
+            report_ended(job, pod_rank(pod), verdict)
+            return verdict.status
+        # Gone without a word from its executor (deleted by hand, node lost): the
+        # services' reconcile asks probe(), which finds it missing and marks it lost.
+        from jobs import services
+
+        services.reconcile_job(job)
+        return "reconciled"
+    _record_node(job, pod)
+    return observe_pod(job, pod, backend=backend, ref=ref).status
+
+
+def on_job_event(backend, ref, event_type: str, k8s_job) -> str:
+    """A Kubernetes Job: its pods say more, but a Job that failed before any pod could
+    say so (deadline exceeded, pods refused by the namespace's quota) is reported here,
+    and a Job still active for an attempt that is over is deleted."""
+    from jobs.models import JobWorker
+    from jobs.states import LAUNCHED
+
+    job, attempt = _gantry_job(k8s_job.metadata.labels or {})
+    if (job is None and attempt is None) or event_type == "DELETED":
+        return "ignored"
+    status = k8s_job.status
+    live = job is not None and job.state in LAUNCHED and job.attempt == attempt
+    if not live:
+        if status and status.active:
+            backend.delete_workload(ref, k8s_job.metadata.namespace, k8s_job.metadata.name, "train")
+            return "deleted orphan"
+        return "ignored"
+    for cond in (status.conditions or []) if status else []:
+        if cond.type == "Failed" and cond.status == "True":
+            reason = f"Kubernetes failed the job ({cond.reason}: {cond.message or 'no detail'})"
+            pending = JobWorker.objects.filter(job=job).exclude(
+                state__in=("succeeded", "failed", "cancelled", "timed_out", "lost")
+            )
+            for worker in pending:
+                report_ended(job, worker.rank, PodVerdict("failed", reason))
+                job.refresh_from_db()
+            return "failed"
+    return "ok"
+
+
+# --- list, then watch ---------------------------------------------------------------------
+
+
+class ResourceWatch:
+    """List, then watch from the list's resourceVersion; resume from the last version
+    seen when a watch ends; list again on 410 Gone (the version is too old)."""
+
+    def __init__(self, list_func, handle, *, label_selector: str, timeout_seconds: int = 300):
+        self.list_func = list_func
+        self.handle = handle
+        self.label_selector = label_selector
+        self.timeout_seconds = timeout_seconds
+        self.resource_version: str | None = None
+        self.relists = 0
+        self._watch = None
+
+    def relist(self) -> None:
+        listing = self.list_func(label_selector=self.label_selector)
+        for item in listing.items:
+            self._handle("SYNC", item)
+        self.resource_version = listing.metadata.resource_version
+        self.relists += 1
+
+    def _handle(self, event_type: str, obj) -> None:
+        try:
+            self.handle(event_type, obj)
+        except Exception:
+            logger.exception(
+                "handling %s %s failed", event_type, getattr(obj.metadata, "name", "?")
+            )
+
+    def watch_once(self) -> None:
+        """One watch request, until the server closes it (timeout_seconds) or 410."""
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        if self.resource_version is None:
+            self.relist()
+        self._watch = watch.Watch()
+        try:
+            for event in self._watch.stream(
+                self.list_func,
+                label_selector=self.label_selector,
+                resource_version=self.resource_version,
+                timeout_seconds=self.timeout_seconds,
+                allow_watch_bookmarks=True,
+            ):
+                kind, obj = event["type"], event["object"]
+                if kind == "BOOKMARK":
+                    self.resource_version = event["raw_object"]["metadata"]["resourceVersion"]
+                    continue
+                self._handle(kind, obj)
+                self.resource_version = obj.metadata.resource_version
+        except ApiException as exc:
+            if exc.status != 410:
+                raise
+            logger.info("watch expired (410 Gone): listing again")
+            self.resource_version = None
+            self.relist()
+
+    def run(self, stop: threading.Event, backoff: float = 5.0) -> None:
+        while not stop.is_set():
+            # A long-running thread: drop database connections that went stale meanwhile.
+            close_old_connections()
+            try:
+                self.watch_once()
+            except Exception:
+                logger.exception("watch failed; retrying in %s s", backoff)
+                stop.wait(backoff)
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
+
+
+def watches_for(backend, ref) -> list[ResourceWatch]:
+    """The pod and Job watches of one cluster: every namespace, Gantry's objects only
+    (one watch per kind, not per tenant namespace; see platform/k8s/rbac.yaml)."""
+    conn = backend.connection(ref)
+    managed = ",".join(f"{k}={v}" for k, v in m.MANAGED_BY.items())
+    return [
+        ResourceWatch(
+            conn.core.list_pod_for_all_namespaces,
+            lambda t, obj: on_pod_event(backend, ref, t, obj),
+            label_selector=managed,
+        ),
+        ResourceWatch(
+            conn.batch.list_job_for_all_namespaces,
+            lambda t, obj: on_job_event(backend, ref, t, obj),
+            label_selector=managed,
+        ),
+    ]

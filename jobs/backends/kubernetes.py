@@ -1,0 +1,594 @@
+"""The Kubernetes backend: each attempt of a job is a batch/v1 Job (or, for a notebook,
+a Pod) in its tenant's namespace, built by `jobs.backends.k8s_manifests`.
+
+Like every backend it never changes a job's state: the executor inside the pod reports
+to Gantry's API as it does on the local backend, and what only the cluster knows (an
+image that cannot be pulled, no node for the request, OOMKilled, a pod deleted or
+evicted) is reported to `jobs.services` by `jobs.backends.k8s_watch` — fast from the
+watches of `manage.py k8s_watch`, and at the latest from `probe()` in the reconcile task.
+
+Clusters come from `cluster.KubernetesCluster` rows (the default one runs new jobs); with
+none registered, from $KUBECONFIG or the in-cluster service account.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shlex
+import threading
+import time
+from dataclasses import dataclass
+
+import yaml
+from django.conf import settings
+from django.utils import timezone
+
+from jobs.backends import k8s_manifests as m
+from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
+
+logger = logging.getLogger(__name__)
+
+CAPACITY_CACHE_SECONDS = 30
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+class ClusterError(Exception):
+    """A cluster could not be used; the message is for people (it becomes a job's reason)."""
+
+
+# --- clusters and clients ----------------------------------------------------------------
+
+
+@dataclass
+class ClusterRef:
+    """What is needed to reach one cluster (a KubernetesCluster row, or the environment)."""
+
+    name: str
+    in_cluster: bool = False
+    kubeconfig: str = ""
+    context: str = ""
+    namespace_prefix: str = "gantry-"
+
+    @classmethod
+    def from_model(cls, row) -> ClusterRef:
+        return cls(row.name, row.in_cluster, row.kubeconfig, row.context, row.namespace_prefix)
+
+
+def registered_clusters() -> list[ClusterRef]:
+    """Every registered cluster, the default first; the environment's when none is."""
+    from cluster.models import KubernetesCluster
+
+    rows = [ClusterRef.from_model(c) for c in KubernetesCluster.objects.all()]
+    if rows:
+        return rows
+    return [ClusterRef("default", in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")))]
+
+
+def describe_error(exc: Exception, cluster: str) -> str:
+    """Plain words for what went wrong talking to a cluster."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    if isinstance(exc, ClusterError):
+        return str(exc)
+    if isinstance(exc, ConfigException):
+        return f"the kubeconfig of cluster {cluster} does not work: {exc}"
+    if isinstance(exc, ApiException):
+        message = exc.reason or ""
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(exc.body or "{}").get("message") or message
+        if exc.status in (401, 403):
+            return f"cluster {cluster} refused Gantry's credentials (HTTP {exc.status}: {message})"
+        return f"the Kubernetes API of cluster {cluster} answered HTTP {exc.status}: {message}"
+    reason = getattr(exc, "reason", None) or exc
+    return f"the Kubernetes cluster {cluster} does not answer ({reason})"
+
+
+class Connection:
+    """The API clients for one cluster."""
+
+    def __init__(self, ref: ClusterRef):
+        from kubernetes import client, config
+
+        self.ref = ref
+        cfg = client.Configuration()
+        try:
+            if ref.in_cluster:
+                config.load_incluster_config(client_configuration=cfg)
+            elif ref.kubeconfig.strip():
+                config.load_kube_config_from_dict(
+                    yaml.safe_load(ref.kubeconfig),
+                    context=ref.context or None,
+                    client_configuration=cfg,
+                    persist_config=False,
+                )
+            else:
+                config.load_kube_config(
+                    context=ref.context or None, client_configuration=cfg, persist_config=False
+                )
+        except Exception as exc:
+            raise ClusterError(describe_error(config.ConfigException(str(exc)), ref.name)) from exc
+        # One quick try: the caller reports a cluster that does not answer, it does not hang.
+        cfg.retries = 1
+        self.api = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
+
+    @property
+    def timeout(self) -> float:
+        return settings.GANTRY_K8S_API_TIMEOUT_SECONDS
+
+
+def check_cluster(row) -> tuple[bool, str]:
+    """The admin's "check the connection": (ok, what was found)."""
+    ref = ClusterRef.from_model(row)
+    try:
+        conn = Connection(ref)
+        nodes = conn.core.list_node(_request_timeout=conn.timeout).items
+    except Exception as exc:
+        return False, describe_error(exc, ref.name)
+    gpus = sum(node_resources(n)["allocatable"]["gpus"] for n in nodes)
+    return True, f"answers: {len(nodes)} node(s), {gpus} allocatable GPU(s)"
+
+
+# --- nodes -------------------------------------------------------------------------------
+
+
+def _quantity(value, default=0):
+    from kubernetes.utils import parse_quantity
+
+    if value in (None, ""):
+        return default
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        return default
+
+
+def node_resources(node) -> dict:
+    """Capacity and allocatable CPUs, memory (MiB) and GPUs of a V1Node, and its state."""
+
+    def amounts(source) -> dict:
+        source = source or {}
+        return {
+            "cpus": float(_quantity(source.get("cpu"))),
+            "memory_mb": int(_quantity(source.get("memory")) // (1024 * 1024)),
+            "gpus": int(_quantity(source.get(m.GPU_RESOURCE))),
+        }
+
+    status = node.status
+    labels = node.metadata.labels or {}
+    ready = any(
+        c.type == "Ready" and c.status == "True" for c in (status.conditions or []) if status
+    )
+    return {
+        "name": node.metadata.name,
+        "capacity": amounts(status.capacity if status else None),
+        "allocatable": amounts(status.allocatable if status else None),
+        "gpu_model": labels.get(m.GPU_PRODUCT_LABEL, ""),
+        "ready": ready,
+        "schedulable": ready and not (node.spec and node.spec.unschedulable),
+    }
+
+
+# --- the job's side ----------------------------------------------------------------------
+
+
+def image_of(job) -> str:
+    ref = getattr(job, "image_reference", "")
+    if callable(ref):
+        ref = ref()
+    return str(ref or "")
+
+
+def spec_from_job(job) -> m.JobSpec:
+    model = getattr(job, "gpu_model", "")
+    return m.JobSpec(
+        id=job.pk,
+        attempt=job.attempt,
+        kind=job.kind,
+        tenant_slug=job.project.tenant.slug,
+        name=job.name,
+        image=image_of(job),
+        gpus=job.gpus,
+        cpus=job.cpus,
+        memory_mb=job.memory_mb,
+        workers=job.workers,
+        max_retries=job.max_retries,
+        timeout_seconds=job.timeout_seconds,
+        gpu_model=model() if callable(model) else str(model or ""),
+    )
+
+
+def manifest_config(ref: ClusterRef) -> m.ManifestConfig:
+    return m.ManifestConfig(
+        api_url=settings.GANTRY_K8S_API_URL,
+        default_image=settings.GANTRY_K8S_DEFAULT_IMAGE,
+        namespace_prefix=ref.namespace_prefix,
+        platform_namespace=settings.GANTRY_K8S_PLATFORM_NAMESPACE,
+        gpu_node_selectors=dict(settings.GANTRY_K8S_GPU_NODE_SELECTORS),
+        gpu_tolerations=tuple(settings.GANTRY_K8S_GPU_TOLERATIONS),
+        image_pull_secrets=tuple(settings.GANTRY_K8S_IMAGE_PULL_SECRETS),
+        ttl_seconds_after_finished=settings.GANTRY_K8S_TTL_SECONDS_AFTER_FINISHED,
+        master_port=settings.GANTRY_K8S_MASTER_PORT,
+        notebook_port=settings.GANTRY_K8S_NOTEBOOK_PORT,
+        grace_seconds=settings.GANTRY_JOB_GRACE_SECONDS,
+        final_flush_seconds=settings.GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS,
+    )
+
+
+def quota_spec(tenant) -> m.QuotaSpec | None:
+    from cluster.models import TenantQuota
+
+    quota = TenantQuota.objects.filter(tenant=tenant).first()
+    if quota is None:
+        return None
+    return m.QuotaSpec(gpus=quota.max_gpus, cpus=quota.max_cpus, memory_mb=quota.max_memory_mb)
+
+
+class KubernetesBackend(Backend):
+    name = "kubernetes"
+    where = "on the Kubernetes cluster"
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._connections: dict[str, Connection] = {}
+        self._capacity: tuple[float, Capacity, list] | None = None
+        # Cluster name -> the last error talking to it (shown on the cluster page).
+        self.errors: dict[str, str] = {}
+
+    # -- clusters --------------------------------------------------------------------
+    def default_cluster(self) -> ClusterRef:
+        return registered_clusters()[0]
+
+    def connection(self, ref: ClusterRef | None = None) -> Connection:
+        ref = ref or self.default_cluster()
+        with self._lock:
+            conn = self._connections.get(ref.name)
+            if conn is None or conn.ref != ref:
+                conn = self._connections[ref.name] = Connection(ref)
+            return conn
+
+    def cluster_of(self, job) -> ClusterRef:
+        name = (job.placement or {}).get("cluster")
+        for ref in registered_clusters():
+            if ref.name == name:
+                return ref
+        return self.default_cluster()
+
+    # -- capacity --------------------------------------------------------------------
+    def node_details(self, ref: ClusterRef | None = None) -> list[dict]:
+        ref = ref or self.default_cluster()
+        try:
+            conn = self.connection(ref)
+            nodes = conn.core.list_node(_request_timeout=conn.timeout).items
+        except Exception as exc:
+            self.errors[ref.name] = describe_error(exc, ref.name)
+            raise ClusterError(self.errors[ref.name]) from exc
+        self.errors.pop(ref.name, None)
+        return [node_resources(n) for n in nodes]
+
+    def _snapshot(self) -> tuple[Capacity, list]:
+        now = time.monotonic()
+        if self._capacity and now - self._capacity[0] < CAPACITY_CACHE_SECONDS:
+            return self._capacity[1], self._capacity[2]
+        try:
+            details = [d for d in self.node_details() if d["schedulable"]]
+        except ClusterError:
+            logger.warning("Kubernetes capacity unknown: %s", self.errors)
+            if self._capacity:  # the last known state beats "nothing"
+                return self._capacity[1], self._capacity[2]
+            return Capacity(cpus=0, memory_mb=0), []
+        gpus: list[Gpu] = []
+        for d in details:
+            for _ in range(d["allocatable"]["gpus"]):
+                gpus.append(Gpu(index=len(gpus), name=d["gpu_model"]))
+        capacity = Capacity(
+            cpus=int(sum(d["allocatable"]["cpus"] for d in details)),
+            memory_mb=sum(d["allocatable"]["memory_mb"] for d in details),
+            gpus=tuple(gpus),
+        )
+        self._capacity = (now, capacity, details)
+        return capacity, details
+
+    def capacity(self) -> Capacity:
+        """Allocatable resources of the default cluster's ready, schedulable nodes.
+
+        GPU indices are cluster-wide counters, not devices: the device plugin picks the
+        devices on the node; admission only needs the count."""
+        return self._snapshot()[0]
+
+    def nodes(self):
+        from jobs.scheduler import Node
+
+        return [
+            Node(
+                name=d["name"],
+                gpus=d["allocatable"]["gpus"],
+                cpus=d["allocatable"]["cpus"],
+                memory_mb=d["allocatable"]["memory_mb"],
+                gpu_model=d["gpu_model"],
+            )
+            for d in self._snapshot()[1]
+        ]
+
+    # -- what the executor runs -----------------------------------------------------
+    def command(self, job, worker) -> list[str]:
+        if job.kind == "notebook":
+            return self.notebook_command(job, worker)
+        argv = shlex.split(job.command)
+        for name, value in sorted(job.parameters.items()):
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            argv += [f"--{name}", str(value)]
+        return argv
+
+    def notebook_command(self, job, worker) -> list[str]:
+        return [
+            "python",
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ServerApp.ip=0.0.0.0",
+            f"--ServerApp.port={settings.GANTRY_K8S_NOTEBOOK_PORT}",
+            f"--ServerApp.base_url=/jobs/{job.pk}/lab/",
+            "--ServerApp.root_dir=.",
+            "--ServerApp.allow_remote_access=True",
+            "--allow-root",
+        ]
+
+    def environment(self, job, worker) -> dict[str, str]:
+        """The spec's env: the job's variables and parameters. GPUs come from the device
+        plugin and torchrun's contract from the pod (PET_NODE_RANK needs the pod's index),
+        so neither is set here: the spec's env would override the pod's."""
+        env = {str(k): str(v) for k, v in job.env.items()}
+        for name, value in job.parameters.items():
+            if isinstance(value, bool):
+                value = "true" if value else "false"
+            env["GANTRY_PARAM_" + name.upper().replace("-", "_")] = str(value)
+        for var in THREAD_VARS:
+            env.setdefault(var, str(job.cpus))
+        if job.kind == "notebook":
+            env["JUPYTER_TOKEN"] = worker.notebook_token
+        return env
+
+    # -- launching -------------------------------------------------------------------
+    def ensure_tenant(self, conn: Connection, tenant) -> str:
+        """Create or update the tenant's namespace, quota, limits and notebook policy."""
+        from kubernetes.client.exceptions import ApiException
+
+        cfg = manifest_config(conn.ref)
+        manifests = m.tenant_manifests(tenant.slug, quota_spec(tenant), cfg)
+        for manifest in manifests:
+            kind, meta = manifest["kind"], manifest["metadata"]
+            create, replace = {
+                "Namespace": (
+                    lambda b: conn.core.create_namespace(b, _request_timeout=conn.timeout),
+                    None,
+                ),
+                "ResourceQuota": (
+                    lambda b: conn.core.create_namespaced_resource_quota(
+                        b["metadata"]["namespace"], b, _request_timeout=conn.timeout
+                    ),
+                    lambda b: conn.core.replace_namespaced_resource_quota(
+                        b["metadata"]["name"],
+                        b["metadata"]["namespace"],
+                        b,
+                        _request_timeout=conn.timeout,
+                    ),
+                ),
+                "LimitRange": (
+                    lambda b: conn.core.create_namespaced_limit_range(
+                        b["metadata"]["namespace"], b, _request_timeout=conn.timeout
+                    ),
+                    lambda b: conn.core.replace_namespaced_limit_range(
+                        b["metadata"]["name"],
+                        b["metadata"]["namespace"],
+                        b,
+                        _request_timeout=conn.timeout,
+                    ),
+                ),
+                "NetworkPolicy": (
+                    lambda b: conn.networking.create_namespaced_network_policy(
+                        b["metadata"]["namespace"], b, _request_timeout=conn.timeout
+                    ),
+                    lambda b: conn.networking.replace_namespaced_network_policy(
+                        b["metadata"]["name"],
+                        b["metadata"]["namespace"],
+                        b,
+                        _request_timeout=conn.timeout,
+                    ),
+                ),
+            }[kind]
+            try:
+                create(manifest)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                if replace is not None:
+                    replace(manifest)
+            logger.debug("applied %s %s", kind, meta["name"])
+        return manifests[0]["metadata"]["name"]
+
+    def launch(self, job, token_for_rank) -> None:
+        from jobs.models import Job, JobWorker
+        from jobs.states import JobState
+
+        ref = self.default_cluster()
+        try:
+            conn = self.connection(ref)
+            spec = spec_from_job(job)
+            cfg = manifest_config(ref)
+            namespace = self.ensure_tenant(conn, job.project.tenant)
+            tokens = {rank: token_for_rank(rank) for rank in range(job.workers)}
+            name = m.object_name(spec)
+            workers = list(JobWorker.objects.filter(job=job).order_by("rank"))
+            for worker in workers:
+                worker.workdir = f"k8s://{ref.name}/{namespace}/{name}"
+                if job.kind == "notebook":
+                    worker.host = f"{name}.{namespace}.svc"
+                    worker.port = cfg.notebook_port
+                    worker.notebook_token = secrets.token_urlsafe(24)
+                worker.save(update_fields=["workdir", "host", "port", "notebook_token"])
+            placement = {
+                **job.placement,
+                "cluster": ref.name,
+                "namespace": namespace,
+                "object": name,
+            }
+            Job.objects.filter(pk=job.pk, state=JobState.STARTING, attempt=job.attempt).update(
+                placement=placement
+            )
+            job.placement = placement
+            manifests = m.job_manifests(spec, cfg, tokens)
+            created = [self._create(conn, manifest) for manifest in manifests]
+            workload, owner = manifests[-1], created[-1]
+            owner_ref = m.owner_reference(
+                workload["kind"], workload["apiVersion"], name, owner.metadata.uid
+            )
+            for manifest in manifests[:-1]:
+                self._adopt(conn, manifest, owner_ref)
+        except Exception as exc:
+            raise ClusterError(describe_error(exc, ref.name)) from exc
+
+    @staticmethod
+    def _create(conn: Connection, manifest: dict):
+        return KubernetesBackend._create_any(conn, manifest)
+
+    @staticmethod
+    def _create_any(conn: Connection, manifest: dict, **options):
+        """Create one namespaced object of a kind Gantry makes (`dry_run="All"`: the
+        live tests' server-side validation)."""
+        ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
+        options["_request_timeout"] = conn.timeout
+        create = {
+            "Secret": conn.core.create_namespaced_secret,
+            "Service": conn.core.create_namespaced_service,
+            "Pod": conn.core.create_namespaced_pod,
+            "ResourceQuota": conn.core.create_namespaced_resource_quota,
+            "LimitRange": conn.core.create_namespaced_limit_range,
+            "NetworkPolicy": conn.networking.create_namespaced_network_policy,
+            "Job": conn.batch.create_namespaced_job,
+        }.get(kind)
+        if create is None:
+            raise ValueError(f"cannot create a {kind}")
+        return create(ns, manifest, **options)
+
+    @staticmethod
+    def _adopt(conn: Connection, manifest: dict, owner: dict) -> None:
+        """Hang the Secret and Service on the workload, so they go when it goes."""
+        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        patch = {"metadata": {"ownerReferences": [owner]}}
+        if manifest["kind"] == "Secret":
+            conn.core.patch_namespaced_secret(name, ns, patch, _request_timeout=conn.timeout)
+        else:
+            conn.core.patch_namespaced_service(name, ns, patch, _request_timeout=conn.timeout)
+
+    # -- stopping --------------------------------------------------------------------
+    def attempt_objects(self, job, attempt: int | None = None) -> tuple[ClusterRef, str, str]:
+        """(cluster, namespace, workload name) of the job's current (or a given) attempt."""
+        ref = self.cluster_of(job)
+        namespace = (job.placement or {}).get("namespace") or m.namespace_name(
+            job.project.tenant.slug, ref.namespace_prefix
+        )
+        return ref, namespace, m.workload_name(job.pk, attempt or job.attempt)
+
+    def delete_workload(
+        self, ref: ClusterRef, namespace: str, name: str, kind: str, grace: int | None = None
+    ) -> bool:
+        """Delete a job's Job (its pods first: foreground propagation) or notebook Pod.
+        True if something was deleted; a missing object is not an error."""
+        from kubernetes.client.exceptions import ApiException
+
+        conn = self.connection(ref)
+        options = {"propagation_policy": "Foreground", "_request_timeout": conn.timeout}
+        if grace is not None:
+            options["grace_period_seconds"] = grace
+        try:
+            if kind == "notebook":
+                conn.core.delete_namespaced_pod(name, namespace, **options)
+            else:
+                conn.batch.delete_namespaced_job(name, namespace, **options)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def _stop(self, job, grace: int | None) -> None:
+        ref, namespace, name = self.attempt_objects(job)
+        try:
+            self.delete_workload(ref, namespace, name, job.kind, grace)
+        except Exception as exc:
+            # The watcher deletes what belongs to no running attempt when the cluster
+            # answers again, so nothing is left running for long.
+            logger.warning(
+                "could not delete %s/%s: %s", namespace, name, describe_error(exc, ref.name)
+            )
+
+    def cancel(self, job, ranks=None) -> None:
+        # Pods of one attempt live and die together: a gang cannot lose some members.
+        self._stop(job, grace=None)
+
+    def kill(self, job, ranks=None) -> None:
+        self._stop(job, grace=0)
+
+    # -- looking ---------------------------------------------------------------------
+    def probe(self, job) -> list[WorkerProbe]:
+        """What the cluster says of each worker; reports pod-level failures on the way
+        (see k8s_watch.observe_pod), so reconcile catches them even without the watcher."""
+        from kubernetes.client.exceptions import ApiException
+
+        from jobs.backends import k8s_watch
+
+        ref, namespace, name = self.attempt_objects(job)
+        conn = self.connection(ref)
+        selector = ",".join(f"{k}={v}" for k, v in m.selector(spec_from_job(job)).items())
+        pods = conn.core.list_namespaced_pod(
+            namespace, label_selector=selector, _request_timeout=conn.timeout
+        ).items
+        by_rank = {k8s_watch.pod_rank(p): p for p in pods}
+        now = timezone.now()
+        probes = []
+        workload_exists = None
+        for worker in job.worker_set.all():
+            pod = by_rank.get(worker.rank)
+            if pod is None:
+                if workload_exists is None:
+                    try:
+                        if job.kind == "notebook":
+                            conn.core.read_namespaced_pod(
+                                name, namespace, _request_timeout=conn.timeout
+                            )
+                        else:
+                            conn.batch.read_namespaced_job(
+                                name, namespace, _request_timeout=conn.timeout
+                            )
+                        workload_exists = True
+                    except ApiException as exc:
+                        if exc.status != 404:
+                            raise
+                        workload_exists = False
+                if workload_exists:
+                    k8s_watch.vouch(job, worker.rank, now)
+                    probes.append(
+                        WorkerProbe(worker.rank, alive=True, detail="pod not created yet")
+                    )
+                else:
+                    probes.append(
+                        WorkerProbe(
+                            worker.rank,
+                            alive=False,
+                            detail=f"its Kubernetes {'Pod' if job.kind == 'notebook' else 'Job'} "
+                            f"{namespace}/{name} no longer exists",
+                        )
+                    )
+                continue
+            verdict = k8s_watch.observe_pod(job, pod, now=now, backend=self, ref=ref)
+            probes.append(WorkerProbe(worker.rank, alive=True, detail=verdict.reason))
+        return probes

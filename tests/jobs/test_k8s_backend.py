@@ -1,0 +1,396 @@
+"""The Kubernetes backend and its watch-and-reconcile logic, with real objects flowing through.
+
+No Kubernetes cluster can run where these tests run, so the API server is replaced at
+its HTTP boundary by tests/jobs/k8s_fake_api.py — the only stand-in here. Everything
+on Gantry's side is real: the official client, its JSON (de)serialization and its
+`watch.Watch` stream; Gantry's submit, admission, launch, services and state machine.
+What the fake cannot do — schedule pods, pull images, run containers — the tests
+play by streaming the watch events a real cluster would send (V1Pod JSON as the API
+server writes it), including an ERROR 410 Gone. Tests against a real cluster are in
+test_k8s_live.py.
+"""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import kubernetes_validate
+import pytest
+
+from cluster.models import KubernetesCluster, TenantQuota
+from jobs import services as job_services
+from jobs.admission import admission_pass
+from jobs.backends import get_backend, reset_backends
+from jobs.backends import k8s_manifests as m
+from jobs.backends.k8s_watch import assess_pod, watches_for
+from jobs.backends.kubernetes import ClusterRef
+from jobs.models import Job, JobWorker
+
+from .k8s_fake_api import FakeKubeAPI
+
+IMAGE = "registry.example.org/lab-a/missing:1"
+
+
+def node(name, gpus=0, model="", cpu="16", memory="64Gi", ready="True", unschedulable=False):
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+    if gpus:
+        allocatable["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": model} if model else {}},
+        "spec": {"unschedulable": unschedulable},
+        "status": {
+            "capacity": allocatable,
+            "allocatable": allocatable,
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+@pytest.fixture
+def kube(db, settings, tmp_path):
+    fake = FakeKubeAPI().start()
+    fake.put("nodes", node("gpu-1", gpus=4, model="NVIDIA-A100-SXM4-80GB"))
+    fake.put("nodes", node("cpu-1", cpu="7910m", memory="31Gi"))
+    fake.put("nodes", node("cordoned", gpus=8, unschedulable=True))
+    KubernetesCluster.objects.create(name="fake", kubeconfig=fake.kubeconfig(), is_default=True)
+    settings.GANTRY_JOB_BACKEND = "kubernetes"
+    settings.GANTRY_K8S_API_URL = "http://gantry-web.gantry.svc:8000"
+    settings.GANTRY_K8S_DEFAULT_IMAGE = IMAGE
+    settings.GANTRY_K8S_API_TIMEOUT_SECONDS = 5.0
+    settings.GANTRY_JOBS_DIR = tmp_path / "jobs"
+    reset_backends()
+    yield fake
+    reset_backends()
+    fake.stop()
+
+
+def launch(owner, project, **spec):
+    """Submit, admit and launch a job as the background tasks would."""
+    spec.setdefault("command", "python train.py")
+    job = job_services.submit_job(owner, project, **spec)
+    admission_pass()
+    job.refresh_from_db()
+    assert job.state == "admitted", job.state_reason
+    assert job_services.launch_job(job)
+    job.refresh_from_db()
+    return job
+
+
+def pod_json(job, *, rank=0, attempt=None, phase="Pending", state=None, conditions=(), node_name=None, deleting=False):
+    attempt = attempt or job.attempt
+    spec = m.JobSpec(id=job.pk, attempt=attempt, kind=job.kind, tenant_slug="lab-a")
+    labels = {**m.labels(spec), m.LABEL_RANK: str(rank)}
+    meta = {
+        "name": f"{m.object_name(spec)}-{rank}-x7k2p",
+        "namespace": "gantry-lab-a",
+        "labels": labels,
+        "annotations": {m.INDEX_ANNOTATION: str(rank)} if job.kind == "distributed" else {},
+        "resourceVersion": "0",
+        "uid": f"pod-{job.pk}-{attempt}-{rank}",
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status = {"phase": phase, "conditions": list(conditions)}
+    if state is not None:
+        status["containerStatuses"] = [
+            {"name": "executor", "image": IMAGE, "imageID": "", "ready": False,
+             "restartCount": 0, "state": state}
+        ]
+    pod_spec = {
+        "containers": [
+            {"name": "executor", "image": IMAGE,
+             "resources": {"limits": {"memory": f"{job.memory_mb}Mi"}}}
+        ]
+    }
+    if node_name:
+        pod_spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec, "status": status}
+
+
+def event(kind, obj, version):
+    obj = json.loads(json.dumps(obj))
+    obj["metadata"]["resourceVersion"] = str(version)
+    return {"type": kind, "object": obj}
+
+
+def pod_watch(kube):
+    backend = get_backend()
+    return watches_for(backend, backend.default_cluster())[0]
+
+
+def deserialize_pod(data):
+    from kubernetes import client
+
+    return client.ApiClient().deserialize(json.dumps(data), "V1Pod", "application/json")
+
+
+# --- capacity ---------------------------------------------------------------------------
+
+
+def test_capacity_and_nodes_come_from_ready_schedulable_nodes(kube):
+    backend = get_backend()
+    capacity = backend.capacity()
+    assert capacity.gpu_count == 4  # the cordoned node's 8 GPUs do not count
+    assert capacity.cpus == 23  # 16 + 7.91, whole CPUs
+    assert capacity.memory_mb == (64 + 31) * 1024
+    nodes = {n.name: n for n in backend.nodes()}
+    assert set(nodes) == {"gpu-1", "cpu-1"}
+    assert nodes["gpu-1"].gpu_model == "NVIDIA-A100-SXM4-80GB"
+    assert nodes["cpu-1"].cpus == pytest.approx(7.91)
+
+
+# --- launching and cancelling -----------------------------------------------------------
+
+
+def test_launch_creates_namespace_quota_secret_and_job_all_schema_valid(kube, owner, project):
+    TenantQuota.objects.create(tenant=project.tenant, guaranteed_gpus=2, borrow_limit_gpus=1, max_cpus=32)
+    job = launch(owner, project, gpus=1, max_retries=2)
+    assert job.state == "starting"
+    created = {(r["resource"], r["name"]): r["body"] for r in kube.made("POST")}
+    assert ("namespaces", "gantry-lab-a") in created
+    quota = created[("resourcequotas", "gantry-quota")]
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "3", "requests.cpu": "32"}
+    name = f"gantry-job-{job.pk}-a1"
+    secret = created[("secrets", f"{name}-token")]
+    token = secret["stringData"]["0"]
+    assert job_services.executor_job(job.pk, token) == (job, 0)  # the executor's token works
+    k8s_job = created[("jobs", name)]
+    assert k8s_job["spec"]["backoffLimit"] == 0
+    assert k8s_job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    # What went over the wire is valid Kubernetes, strictly.
+    for body in created.values():
+        kubernetes_validate.validate(body, "1.31.0", strict=True)
+    # The Secret is owned by the Job: deleting the Job (or its TTL) removes it.
+    patch = kube.made("PATCH", "secrets")[0]["body"]
+    owner_ref = patch["metadata"]["ownerReferences"][0]
+    assert (owner_ref["kind"], owner_ref["name"]) == ("Job", name)
+    assert owner_ref["uid"] == kube.get("jobs", "gantry-lab-a", name)["metadata"]["uid"]
+    assert job.placement["namespace"] == "gantry-lab-a"
+    assert job.placement["cluster"] == "fake"
+
+
+def test_second_launch_in_a_namespace_updates_the_quota(kube, owner, project):
+    launch(owner, project)
+    TenantQuota.objects.create(tenant=project.tenant, guaranteed_gpus=1)
+    launch(owner, project)
+    put = kube.made("PUT", "resourcequotas")[-1]["body"]
+    assert put["spec"]["hard"] == {"requests.nvidia.com/gpu": "1"}
+
+
+def test_cancel_deletes_the_job_with_foreground_propagation(kube, owner, project):
+    job = launch(owner, project)
+    job_services.cancel_job(owner, job)
+    delete = kube.made("DELETE", "jobs")[-1]
+    assert delete["name"] == f"gantry-job-{job.pk}-a1"
+    assert "Foreground" in (delete["query"].get("propagationPolicy"), (delete["body"] or {}).get("propagationPolicy"))
+    assert kube.get("jobs", "gantry-lab-a", delete["name"]) is None
+
+
+def test_notebook_is_a_pod_and_service_reached_through_the_proxy_target(kube, owner, project):
+    job = launch(owner, project, kind="notebook")
+    name = f"gantry-job-{job.pk}-a1"
+    assert kube.get("pods", "gantry-lab-a", name) is not None
+    assert kube.get("services", "gantry-lab-a", name)["spec"]["type"] == "ClusterIP"
+    JobWorker.objects.filter(job=job).update(state="running")
+    Job.objects.filter(pk=job.pk).update(state="running")
+    job.refresh_from_db()
+    host, port, token, base = job_services.notebook_target(job)
+    assert (host, port, base) == (f"{name}.gantry-lab-a.svc", 8888, f"/jobs/{job.pk}/lab/")
+    worker = JobWorker.objects.get(job=job)
+    assert token and get_backend().environment(job, worker)["JUPYTER_TOKEN"] == token
+    assert "--ServerApp.ip=0.0.0.0" in get_backend().command(job, worker)
+
+
+def test_distributed_spec_env_does_not_override_the_pods_rank(kube, owner, project):
+    job = launch(owner, project, kind="distributed", workers=2)
+    worker = JobWorker.objects.get(job=job, rank=1)
+    env = job_services.job_spec_for_executor(job, 1)["env"]
+    assert not {"RANK", "PET_NODE_RANK", "MASTER_ADDR", "CUDA_VISIBLE_DEVICES"} & set(env)
+    assert worker.workdir == f"k8s://fake/gantry-lab-a/gantry-job-{job.pk}-a1"
+    assert kube.get("services", "gantry-lab-a", f"gantry-job-{job.pk}-a1")["spec"]["clusterIP"] == "None"
+
+
+def test_a_kubeconfig_that_does_not_work_fails_the_job_in_plain_words(kube, owner, project):
+    KubernetesCluster.objects.update(kubeconfig=kube.kubeconfig().replace('"fake"', '"other"', 1))
+    reset_backends()
+    job = Job.objects.create(project=project, created_by=owner, backend="kubernetes", state="admitted", command="python x.py")
+    JobWorker.objects.create(job=job, rank=0)
+    job_services.launch_job(job)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "the kubeconfig of cluster fake does not work" in job.state_reason
+
+
+def test_a_cluster_that_does_not_answer_fails_the_job_in_plain_words(kube, owner, project):
+    KubernetesCluster.objects.update(kubeconfig=kube.kubeconfig().replace(kube.url, "http://127.0.0.1:9"))
+    reset_backends()
+    job = Job.objects.create(project=project, created_by=owner, backend="kubernetes", state="admitted", command="python x.py")
+    JobWorker.objects.create(job=job, rank=0)
+    job_services.launch_job(job)
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert "could not start: the Kubernetes cluster fake does not answer" in job.state_reason
+
+
+# --- watch and reconcile ----------------------------------------------------------------
+
+
+def test_image_pull_errors_become_the_reason_and_nothing_is_left_running(kube, owner, project):
+    job = launch(owner, project)
+    pull_failed = {"waiting": {"reason": "ErrImagePull", "message": f'failed to pull "{IMAGE}": not found'}}
+    backoff = {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{IMAGE}"'}}
+    kube.script_watch("pods", event("MODIFIED", pod_json(job, state=pull_failed), 201))
+    watch = pod_watch(kube)
+    watch.watch_once()
+    job.refresh_from_db()
+    assert job.state == "starting"
+    assert job.state_reason == f'pulling the image {IMAGE} failed, retrying: failed to pull "{IMAGE}": not found'
+    kube.script_watch("pods", event("MODIFIED", pod_json(job, state=backoff), 202))
+    watch.watch_once()
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert job.state_reason == f'the image {IMAGE} cannot be pulled: Back-off pulling image "{IMAGE}"'
+    assert kube.get("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a1") is None  # deleted
+    watches = [r for r in kube.made("GET", "pods") if r["query"].get("watch")]
+    # Each watch resumes from the last resourceVersion seen.
+    assert [w["query"]["resourceVersion"] for w in watches][1] == "201"
+
+
+def test_oom_killed_fails_the_attempt_and_gantry_retries(kube, owner, project):
+    job = launch(owner, project, memory_mb=2048, max_retries=1)
+    oom = {"terminated": {"reason": "OOMKilled", "exitCode": 137}}
+    kube.script_watch("pods", event("MODIFIED", pod_json(job, phase="Failed", state=oom), 301))
+    pod_watch(kube).watch_once()
+    job.refresh_from_db()
+    assert job.state == "queued"
+    assert job.attempt == 2
+    assert "out of memory: the container went over its memory limit of 2048Mi" in job.state_reason
+    assert "retrying, 2 of 2" in job.state_reason
+
+
+def test_unschedulable_waits_with_the_reason_then_fails(kube, owner, project, settings):
+    settings.GANTRY_K8S_UNSCHEDULABLE_SECONDS = 600
+    job = launch(owner, project, gpus=1)
+    message = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    recent = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    old = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def unschedulable(since):
+        cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": message, "lastTransitionTime": since}
+        return pod_json(job, conditions=[cond])
+
+    kube.script_watch("pods", event("ADDED", unschedulable(recent), 401))
+    watch = pod_watch(kube)
+    watch.watch_once()
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == ("starting", f"waiting for a node: {message}")
+    assert JobWorker.objects.get(job=job).last_heartbeat_at is not None  # vouched for
+    kube.script_watch("pods", event("MODIFIED", unschedulable(old), 402))
+    watch.watch_once()
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert job.state_reason == f"no node can run it (waited 10 min for one): {message}"
+
+
+def test_410_gone_relists_and_resumes_from_the_new_version(kube, owner, project):
+    job = launch(owner, project)
+    gone = {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                         "message": "too old resource version: 1 (500)",
+                                         "reason": "Expired", "code": 410}}
+    kube.script_watch("pods", gone)
+    watch = pod_watch(kube)
+    watch.watch_once()
+    assert watch.relists == 2  # the first list, and the one after 410
+    # The pod existed while the watch was broken: the re-list reports it.
+    done = {"terminated": {"reason": "Completed", "exitCode": 0}}
+    kube.put("pods", pod_json(job, phase="Succeeded", state=done))
+    kube.script_watch("pods", gone)
+    watch.watch_once()
+    job.refresh_from_db()
+    assert job.state == "succeeded"
+    versions = [r["query"].get("resourceVersion") for r in kube.made("GET", "pods") if r["query"].get("watch")]
+    assert versions[0] == versions[1] != None  # noqa: E711 - a 410 is not resumed from
+
+
+def test_exit_reported_by_the_cluster_when_the_executor_could_not(kube, owner, project):
+    job = launch(owner, project, kind="distributed", workers=2)
+    failed = {"terminated": {"reason": "Error", "exitCode": 3, "message": "Traceback: boom"}}
+    kube.script_watch(
+        "pods",
+        event("MODIFIED", pod_json(job, rank=0, phase="Running", state={"running": {}}, node_name="gpu-1"), 501),
+        event("MODIFIED", pod_json(job, rank=1, phase="Failed", state=failed, node_name="cpu-1"), 502),
+    )
+    pod_watch(kube).watch_once()
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert job.state_reason == "worker 1 exited with code 3 (Traceback: boom)"
+    assert job.placement["hosts"] == {"0": "gpu-1", "1": "cpu-1"}
+    assert job.placement["nodes"] == {"gpu-1": 1, "cpu-1": 1}
+
+
+def test_pods_of_an_attempt_that_is_over_are_deleted(kube, owner, project):
+    job = launch(owner, project, max_retries=1)
+    job_services.end_attempt(job, "failed", "boom")  # attempt 2 is queued
+    stale = pod_json(job, attempt=1, phase="Running", state={"running": {}})
+    kube.put("jobs", {"metadata": {"name": f"gantry-job-{job.pk}-a1", "namespace": "gantry-lab-a"}})
+    kube.script_watch("pods", event("MODIFIED", stale, 601))
+    pod_watch(kube).watch_once()
+    deletes = [r["name"] for r in kube.made("DELETE", "jobs")]
+    assert f"gantry-job-{job.pk}-a1" in deletes
+
+
+def test_reconcile_marks_a_worker_lost_when_its_kubernetes_job_is_gone(kube, owner, project):
+    job = launch(owner, project)
+    name = f"gantry-job-{job.pk}-a1"
+    # Pending pod: the cluster vouches for the worker, reconcile keeps it.
+    kube.put("pods", pod_json(job, state={"waiting": {"reason": "ContainerCreating"}}))
+    assert job_services.reconcile_job(job) is None
+    job.refresh_from_db()
+    assert job.state == "starting"
+    # Deleted behind Gantry's back: lost.
+    kube.objects.clear()
+    assert job_services.reconcile_job(job) == "lost"
+    job.refresh_from_db()
+    assert job.state == "lost"
+    assert f"its Kubernetes Job gantry-lab-a/{name} no longer exists" in job.state_reason
+
+
+def test_assess_pod_reads_evictions_and_config_errors():
+    class J:
+        pk, attempt, kind, memory_mb = 1, 1, "train", 1024
+
+    evicted = pod_json(J, phase="Failed", conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+         "message": "The node was low on resource: memory."}])
+    verdict = assess_pod(deserialize_pod(evicted))
+    assert verdict.status == "lost"
+    assert "TerminationByKubelet: The node was low on resource: memory." in verdict.reason
+    config_error = pod_json(J, state={"waiting": {"reason": "CreateContainerConfigError",
+                                                  "message": 'secret "x" not found'}})
+    verdict = assess_pod(deserialize_pod(config_error))
+    assert (verdict.status, verdict.reason) == (
+        "failed", 'the container could not be created: secret "x" not found')
+
+
+def test_cluster_ref_from_environment_when_none_registered(db, monkeypatch):
+    from jobs.backends.kubernetes import registered_clusters
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert registered_clusters() == [ClusterRef("default", in_cluster=True)]
+
+
+def test_k8s_watch_command_lists_and_reports(kube, owner, project):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    job = launch(owner, project)
+    backoff = {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}
+    kube.put("pods", pod_json(job, state=backoff))
+    out = StringIO()
+    call_command("k8s_watch", "--once", stdout=out)
+    assert "listed 2 resources on 1 cluster(s)" in out.getvalue()
+    job.refresh_from_db()
+    assert job.state == "failed" and "cannot be pulled" in job.state_reason
