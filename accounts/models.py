@@ -13,6 +13,11 @@ class User(AbstractUser):
     """A person who signs in: local account or mapped from the identity provider."""
 
     email = models.EmailField("email address", blank=True)
+    # The identity provider's `sub` for users who sign in with single sign-on: the
+    # stable link between the two (usernames can be renamed in the provider).
+    oidc_subject = models.CharField(
+        "SSO subject", max_length=255, unique=True, null=True, blank=True, editable=False
+    )
 
     class Meta:
         ordering = ["username"]
@@ -26,6 +31,13 @@ class TenantRole(models.TextChoices):
     MEMBER = "member", "Member"
     ADMIN = "admin", "Admin"
     OWNER = "owner", "Owner"
+
+
+class MembershipSource(models.TextChoices):
+    """Where a tenant or project role came from. Single sign-on manages only its own rows."""
+
+    LOCAL = "local", "Granted in Gantry"
+    OIDC = "oidc", "From single sign-on groups"
 
 
 class TenantQuerySet(models.QuerySet):
@@ -74,6 +86,9 @@ class Membership(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     role = models.CharField(max_length=16, choices=TenantRole.choices, default=TenantRole.MEMBER)
+    source = models.CharField(
+        max_length=8, choices=MembershipSource.choices, default=MembershipSource.LOCAL
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     objects = MembershipQuerySet.as_manager()

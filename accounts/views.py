@@ -1,4 +1,5 @@
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import ValidationError
 from django.db.models import Count
@@ -9,7 +10,13 @@ from django.views import View
 
 from accounts import services
 from accounts.filters import ApiTokenFilterSet, TenantFilterSet
-from accounts.forms import ApiTokenForm, MemberAddForm, MemberRoleForm, TenantForm
+from accounts.forms import (
+    ApiTokenForm,
+    MemberAddForm,
+    MemberRoleForm,
+    RateLimitedAuthenticationForm,
+    TenantForm,
+)
 from accounts.models import ApiToken, Membership, Tenant
 from core.views import (
     GantryView,
@@ -158,6 +165,7 @@ class ApiTokenListView(ObjectListView):
     permission_action = "authenticated"
     filterset_class = ApiTokenFilterSet
     template_name = "accounts/token_list.html"
+    throttle_scope = "token_create"
 
     def get_queryset(self):
         return super().get_queryset().select_related("project__tenant")
@@ -167,8 +175,11 @@ class ApiTokenListView(ObjectListView):
 
     def post(self, request):
         form = ApiTokenForm(data=request.POST, user=request.user)
-        new_key = None
-        if form.is_valid():
+        new_key, status = None, 400
+        if not self._throttle_allows(request):
+            form.add_error(None, "Too many new tokens in a short time. Try again later.")
+            status = 429
+        elif form.is_valid():
             try:
                 token, new_key = services.create_api_token(
                     actor=request.user,
@@ -186,8 +197,15 @@ class ApiTokenListView(ObjectListView):
             request,
             self.template_name,
             {"form": form, "objects": tokens, "new_key": new_key},
-            status=200 if new_key else 400,
+            status=200 if new_key else status,
         )
+
+    def _throttle_allows(self, request) -> bool:
+        # The API's throttle (DEFAULT_THROTTLE_RATES["token_create"]), keyed by user:
+        # the page and the API share one budget.
+        from rest_framework.throttling import ScopedRateThrottle
+
+        return ScopedRateThrottle().allow_request(request, self)
 
 
 class ApiTokenRevokeView(GantryView):
@@ -219,3 +237,20 @@ class SwitchTenantView(LoginRequiredMixin, View):
         if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
             next_url = reverse("home")
         return redirect(next_url)
+
+
+class GantryLoginView(auth_views.LoginView):
+    """Local sign-in, rate-limited per username and address, offering single sign-on when on."""
+
+    authentication_form = RateLimitedAuthenticationForm
+
+    def get_context_data(self, **kwargs):
+        from accounts.oidc import login_button_context
+
+        return {**super().get_context_data(**kwargs), **login_button_context(self.request)}
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        if any(error.code == "throttled" for error in form.errors.as_data().get("__all__", [])):
+            response.status_code = 429
+        return response

@@ -4,7 +4,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts.models import Membership, Tenant, TenantRole
+from accounts.models import Membership, MembershipSource, Tenant, TenantRole
 
 
 class ProjectRole(models.TextChoices):
@@ -88,6 +88,9 @@ class ProjectMember(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships"
     )
     role = models.CharField(max_length=16, choices=ProjectRole.choices, default=ProjectRole.VIEWER)
+    source = models.CharField(
+        max_length=8, choices=MembershipSource.choices, default=MembershipSource.LOCAL
+    )
     created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     objects = ProjectMemberQuerySet.as_manager()

@@ -11,3 +11,9 @@ document.addEventListener("click", (event) => {
     button.innerHTML = '<i class="bi bi-check2"></i> Copied';
   });
 });
+// Widths computed on the server (progress bars): `data-width="42"` instead of a style
+// attribute, which the Content-Security-Policy blocks. Setting el.style is allowed.
+function applyWidths(root) {
+  root.querySelectorAll("[data-width]").forEach((el) => { el.style.width = `${el.dataset.width}%`; });
+}
+if (window.htmx) htmx.onLoad(applyWidths); else document.addEventListener("DOMContentLoaded", () => applyWidths(document));
