@@ -1,123 +1,306 @@
-"""Admission: which queued jobs start now, given the backend's free capacity.
+"""Admission: which queued jobs start now, decided by the scheduling policy.
 
-The policy is one pure function, `first_come_first_served`, over plain values;
-the scheduler issue swaps in `jobs.scheduler` (quotas, fair share, backfill)
-behind the same call in `admission_pass`.
+Each pass reads the cluster once into a `jobs.scheduler.Snapshot`, calls
+`jobs.scheduler.schedule` (the same pure function `manage.py simulate` replays traces
+through) and maps its Decision back onto the database:
 
-Every pass rewrites the reason of each job it leaves waiting, so a queued job
-always says why it waits.
+* **admitted** jobs move to `admitted` with `placement["nodes"]` (node name -> workers)
+  from the policy and, per worker rank, the node it runs on and concrete, exclusive GPU
+  indices and CPU slots (`placement["hosts" | "gpus" | "cpus"][rank]`; the local backend
+  turns them into CUDA_VISIBLE_DEVICES and CPU affinity);
+* **preempted** jobs are asked to stop (`services.preempt_job`: SIGTERM, the grace period,
+  then back to the queue with their submit order and priority, never to `failed`). The job
+  admitted in their place keeps their GPUs reserved and is launched only once they have
+  stopped (`services.launch_job` waits while a launched job holds the same devices);
+* **waiting** jobs get the policy's reason in plain words, their position in the queue
+  and, where the policy can tell, an estimated start.
+
+What the snapshot holds:
+
+* nodes: `backend.nodes()`;
+* quotas: `cluster.TenantQuota`, keyed by tenant slug. A tenant without a row is *best
+  effort*: nothing guaranteed, it may borrow up to the whole cluster while it is idle, and
+  every job of it runs on borrowed capacity (so a tenant within its guarantee reclaims it).
+  GPU limits at or above the cluster's size are passed as unbounded (see `quota_for`);
+* running: admitted, starting and running jobs, except those already asked to stop for a
+  preemption (their resources are promised to the job that preempted them);
+* pending: queued jobs with priority, submit time (`created_at`: a requeued or retried
+  job keeps its place), gang size, per-worker resources and an estimated duration (the
+  job's timeout if it has one, else none: such jobs are not backfilled past a reservation);
+* usage history: GPU-seconds of jobs finished within three decay windows, each decayed by
+  exp(-age / window), per tenant (one query).
+
+Passes are serialized (`_serialize_passes`). Per-project quotas are not implemented.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from jobs.backends import get_backend
 from jobs.models import Job
-from jobs.states import ACTIVE, JobState, transition
+from jobs.scheduler import JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot, schedule
+from jobs.states import ACTIVE, TERMINAL, JobState, transition
 
 ADMISSION_LOCK = 0x6A6F6273  # "jobs"
+POLICY = PolicyConfig()
+NEVER = "it can never run as submitted"
+UNBOUNDED = 1 << 20  # GPUs: more than any cluster has
 
 
-@dataclass
-class Free:
-    """What is free on a backend right now: counts, plus which GPUs and CPU slots."""
+# --- reading the cluster ------------------------------------------------------------------
 
-    cpus: int
-    memory_mb: int
-    gpu_indices: list[int] = field(default_factory=list)
-    cpu_slots: list[int] = field(default_factory=list)
+
+def tenant_key(tenant) -> str:
+    return tenant.slug
+
+
+def quota_for(tenant, row, cluster_gpus: int) -> Quota:
+    """The policy's quota for a tenant; `row` is its TenantQuota or None (best effort).
+
+    A GPU limit at or above the cluster's size (best effort: the whole cluster) can never
+    bind before capacity does, so it is passed as unbounded: the policy checks quotas
+    before capacity, and would otherwise say such a job waits for its tenant's quota and
+    give it no reservation, letting smaller jobs overtake it forever.
+    """
+    if row is None:
+        return Quota(tenant_key(tenant), guaranteed_gpus=0, borrow_limit_gpus=UNBOUNDED)
+    borrow = row.borrow_limit_gpus
+    if row.guaranteed_gpus + borrow >= cluster_gpus:
+        borrow = UNBOUNDED
+    return Quota(
+        tenant_key(tenant),
+        guaranteed_gpus=row.guaranteed_gpus,
+        borrow_limit_gpus=borrow,
+        max_cpus=row.max_cpus,
+        max_memory_mb=row.max_memory_mb,
+        max_jobs=row.max_jobs,
+        weight=row.weight,
+    )
+
+
+def quotas_for(tenants, cluster_gpus: int) -> dict[str, Quota]:
+    from cluster.models import TenantQuota
+
+    rows = {q.tenant_id: q for q in TenantQuota.objects.filter(tenant__in=list(tenants))}
+    return {tenant_key(t): quota_for(t, rows.get(t.pk), cluster_gpus) for t in tenants}
+
+
+def job_request(job: Job) -> JobRequest:
+    return JobRequest(
+        id=str(job.pk),
+        tenant=tenant_key(job.project.tenant),
+        priority=job.priority,
+        submit_time=job.created_at.timestamp(),
+        workers=job.workers,
+        gpus_per_worker=job.gpus,
+        cpus_per_worker=float(job.cpus),
+        memory_mb_per_worker=job.memory_mb,
+        estimated_duration=float(job.timeout_seconds) if job.timeout_seconds else None,
+    )
+
+
+def node_placement(job: Job, nodes: list[Node]) -> dict[str, int]:
+    """Where a running job's workers are, as node name -> count (the policy's placement)."""
+    names = {n.name for n in nodes}
+    known = {
+        name: int(count)
+        for name, count in (job.placement.get("nodes") or {}).items()
+        if name in names
+    }
+    if not known and len(nodes) == 1:
+        # Admitted before placements named nodes, or the machine was renamed.
+        known = {nodes[0].name: job.workers}
+    return known
+
+
+def usage_history(tenants_by_id: dict, now: datetime, window_s: float) -> dict[str, float]:
+    """Decayed GPU-seconds per tenant, from jobs that finished within three windows."""
+    since = now - timedelta(seconds=3 * window_s)
+    rows = Job.objects.filter(
+        project__tenant_id__in=list(tenants_by_id),
+        state__in=TERMINAL,
+        finished_at__gte=since,
+        started_at__isnull=False,
+        gpus__gt=0,
+    ).values_list("project__tenant_id", "gpus", "workers", "started_at", "finished_at")
+    history: dict[str, float] = defaultdict(float)
+    for tenant_id, gpus, workers, started, finished in rows:
+        seconds = max((finished - max(started, since)).total_seconds(), 0.0)
+        age = max((now - finished).total_seconds(), 0.0)
+        history[tenant_key(tenants_by_id[tenant_id])] += (
+            gpus * workers * seconds * math.exp(-age / window_s)
+        )
+    return dict(history)
+
+
+# --- concrete devices ---------------------------------------------------------------------
+
+
+class Devices:
+    """Which GPU indices and CPU slots are free on each node (exclusive bookkeeping)."""
+
+    def __init__(self, backend, nodes: list[Node], holders: list[Job]):
+        self.gpus: dict[str, list[int]] = {}
+        self.cpus: dict[str, list[int]] = {}
+        if len(nodes) == 1:
+            # One machine: the backend's real device indices (not necessarily 0…n-1).
+            indices = {nodes[0].name: [g.index for g in backend.capacity().gpus]}
+        else:
+            indices = {n.name: list(range(n.gpus)) for n in nodes}
+        used_g: dict[str, set[int]] = defaultdict(set)
+        used_c: dict[str, set[int]] = defaultdict(set)
+        default = nodes[0].name if len(nodes) == 1 else None
+        for job in holders:
+            hosts = job.placement.get("hosts") or {}
+            for rank, gpus in (job.placement.get("gpus") or {}).items():
+                used_g[hosts.get(rank, default)].update(gpus)
+            for rank, slots in (job.placement.get("cpus") or {}).items():
+                used_c[hosts.get(rank, default)].update(slots)
+        for node in nodes:
+            self.gpus[node.name] = [i for i in indices[node.name] if i not in used_g[node.name]]
+            self.cpus[node.name] = [s for s in range(int(node.cpus)) if s not in used_c[node.name]]
+
+    def assign(self, job: Job, nodes: dict[str, int]) -> dict | None:
+        """Placement with devices for each rank, or None (and nothing taken) if short."""
+        hosts = [name for name, count in nodes.items() for _ in range(count)]
+        need_g: dict[str, int] = defaultdict(int)
+        need_c: dict[str, int] = defaultdict(int)
+        for name in hosts:
+            need_g[name] += job.gpus
+            need_c[name] += job.cpus
+        for name in need_g:
+            if name not in self.gpus:
+                return None
+            if need_g[name] > len(self.gpus[name]) or need_c[name] > len(self.cpus[name]):
+                return None
+        placement = {"nodes": dict(nodes), "hosts": {}, "gpus": {}, "cpus": {}}
+        for rank, name in enumerate(hosts):
+            key = str(rank)
+            placement["hosts"][key] = name
+            placement["gpus"][key] = self.gpus[name][: job.gpus]
+            del self.gpus[name][: job.gpus]
+            placement["cpus"][key] = self.cpus[name][: job.cpus]
+            del self.cpus[name][: job.cpus]
+        return placement
+
+
+def devices_overlap(a: dict, b: dict) -> bool:
+    """Do two placements share a GPU index or CPU slot on the same node?"""
+
+    def held(p):
+        hosts = p.get("hosts") or {}
+        out = set()
+        for kind in ("gpus", "cpus"):
+            for rank, ids in (p.get(kind) or {}).items():
+                out.update((kind, hosts.get(rank), i) for i in ids)
+        return out
+
+    return not held(a).isdisjoint(held(b))
+
+
+# --- free capacity, in words -------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Request:
-    job_id: int
-    workers: int
+class Free:
+    """What is left on the whole cluster after this pass's admissions."""
+
     gpus: int
-    cpus: int
+    cpus: float
     memory_mb: int
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def _plural(n: float, word: str) -> str:
+    return f"{n:g} {word}{'' if n == 1 else 's'}"
 
 
-def shortfall(req: Request, free: Free, where: str) -> str | None:
-    """Why `req` does not fit in `free` (gang: all workers or none), or None."""
-    n = req.workers
+def cpu_or_memory_shortfall(job: Job, free: Free, where: str) -> str | None:
+    """The policy explains waits in GPUs; a job whose GPUs are free but which lacks CPUs or
+    memory is told so instead ('waiting for 4 CPUs: 1 free on this machine')."""
+    n = job.workers
     gang = f" ({n} workers)" if n > 1 else ""
-    if req.gpus * n > len(free.gpu_indices):
+    if job.gpus * n > free.gpus:
+        return None
+    if job.cpus * n > free.cpus:
         return (
-            f"waiting for {_plural(req.gpus * n, 'GPU')}{gang}: "
-            f"{len(free.gpu_indices)} free {where}"
+            f"waiting for {_plural(job.cpus * n, 'CPU')}{gang}: {max(free.cpus, 0):g} free {where}"
         )
-    if req.cpus * n > free.cpus:
-        return f"waiting for {_plural(req.cpus * n, 'CPU')}{gang}: {free.cpus} free {where}"
-    if req.memory_mb * n > free.memory_mb:
+    if job.memory_mb * n > free.memory_mb:
         return (
-            f"waiting for {req.memory_mb * n} MiB of memory{gang}: "
-            f"{free.memory_mb} MiB free {where}"
+            f"waiting for {job.memory_mb * n} MiB of memory{gang}: "
+            f"{max(free.memory_mb, 0)} MiB free {where}"
         )
     return None
 
 
-def first_come_first_served(
-    queue: list[Request], free: Free, where: str
-) -> tuple[dict[int, dict], dict[int, str]]:
-    """Admit jobs in queue order until one does not fit; everyone behind it waits.
-
-    Strict FCFS: a big job at the head is never starved by small ones behind it.
-    Returns ({job id: placement}, {job id: reason it waits}).
-    """
-    admitted: dict[int, dict] = {}
-    waiting: dict[int, str] = {}
-    blocked_by = None
-    for position, req in enumerate(queue, start=1):
-        if blocked_by is not None:
-            waiting[req.job_id] = f"position {position} in queue (behind job #{blocked_by})"
-            continue
-        problem = shortfall(req, free, where)
-        if problem:
-            waiting[req.job_id] = problem
-            blocked_by = req.job_id
-            continue
-        placement = {"gpus": {}, "cpus": {}}
-        for rank in range(req.workers):
-            placement["gpus"][str(rank)] = free.gpu_indices[: req.gpus]
-            del free.gpu_indices[: req.gpus]
-            placement["cpus"][str(rank)] = free.cpu_slots[: req.cpus]
-            del free.cpu_slots[: req.cpus]
-        free.cpus -= req.cpus * req.workers
-        free.memory_mb -= req.memory_mb * req.workers
-        admitted[req.job_id] = placement
-    return admitted, waiting
+# --- words -----------------------------------------------------------------------------
 
 
-def free_capacity(backend) -> Free:
-    capacity = backend.capacity()
-    used_gpus: set[int] = set()
-    used_slots: set[int] = set()
-    cpus = capacity.cpus
-    memory = capacity.memory_mb
-    active = Job.objects.filter(state__in=ACTIVE, backend=backend.name).only(
-        "cpus", "memory_mb", "workers", "placement"
+def in_words(code: str, message: str) -> str:
+    """The policy's message as Gantry shows it: job #ids, MiB, and plain 'never'."""
+    message = re.sub(r"\bjob (\d+)\b", r"job #\1", message)
+    message = re.sub(r"(\d) MB\b", r"\1 MiB", message)
+    message = re.sub(
+        r"tenant (\S+) uses (\d+) of its 0 guaranteed GPUs",
+        r"tenant \1 has no guaranteed GPUs, uses \2,",
+        message,
     )
-    for job in active:
-        cpus -= job.cpus * job.workers
-        memory -= job.memory_mb * job.workers
-        for indices in (job.placement.get("gpus") or {}).values():
-            used_gpus.update(indices)
-        for slots in (job.placement.get("cpus") or {}).values():
-            used_slots.update(slots)
-    return Free(
-        cpus=max(cpus, 0),
-        memory_mb=max(memory, 0),
-        gpu_indices=[g.index for g in capacity.gpus if g.index not in used_gpus],
-        cpu_slots=[s for s in range(capacity.cpus) if s not in used_slots],
+    if code.startswith("too_large"):
+        message = f"{message} — {NEVER}"
+    return message
+
+
+def _field_of(message: str) -> str:
+    if re.match(r"needs \d+ (\S+ )?GPUs?\b", message):
+        return "gpus"
+    if re.match(r"needs [\d.]+ CPUs", message):
+        return "cpus"
+    if "of memory" in message:
+        return "memory_mb"
+    if "workers but" in message:
+        return "workers"
+    return "__all__"
+
+
+def never_runs(project, spec: dict, backend=None) -> tuple[str, str] | None:
+    """(form field, message) if a job of this shape can never start for the project's
+    tenant — larger than every node or than the tenant's quota — else None."""
+    from cluster.models import TenantQuota
+
+    backend = backend or get_backend()
+    nodes = backend.nodes()
+    tenant = project.tenant
+    quota = quota_for(
+        tenant,
+        TenantQuota.objects.filter(tenant=tenant).first(),
+        sum(n.gpus for n in nodes),
     )
+    probe = JobRequest(
+        "new",
+        tenant_key(tenant),
+        0,
+        0.0,
+        spec.get("workers") or 1,
+        spec.get("gpus") or 0,
+        float(spec.get("cpus") or 1),
+        spec.get("memory_mb") or 0,
+    )
+    decision = schedule(Snapshot(nodes, {quota.tenant: quota}, [], [probe]), 0.0, POLICY)
+    wait = decision.waiting.get("new")
+    if wait is None or not wait.code.startswith("too_large"):
+        return None
+    return _field_of(wait.message), in_words(wait.code, wait.message)
+
+
+# --- the pass -----------------------------------------------------------------------------
 
 
 def _serialize_passes() -> None:
@@ -128,33 +311,126 @@ def _serialize_passes() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADMISSION_LOCK])
 
 
+def _preemptor(why: str, jobs: dict[str, Job]) -> Job | None:
+    match = re.search(r"\bjob (\d+)\b", why)
+    return jobs.get(match.group(1)) if match else None
+
+
+def preemption_reason(why: str, jobs: dict[str, Job]) -> str:
+    """'preempted for job #12 of lab-a (borrowed capacity reclaimed)' and the like."""
+    winner = _preemptor(why, jobs)
+    if winner is None:
+        return in_words("", why)
+    who = f"job #{winner.pk} of {tenant_key(winner.project.tenant)}"
+    if "borrowed" in why:
+        return f"preempted for {who} (borrowed capacity reclaimed)"
+    return f"preempted for higher-priority {who}"
+
+
 @transaction.atomic
-def admission_pass(backend=None) -> list[Job]:
-    """One pass over the queue: admit what fits, explain the rest. Returns admitted jobs."""
+def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
+    """One scheduling pass: admit, preempt, explain. Returns the jobs admitted."""
+    from jobs import services
+
     backend = backend or get_backend()
     _serialize_passes()
     queue = list(
-        Job.objects.filter(state=JobState.QUEUED, backend=backend.name).order_by(
-            "-priority", "queued_at", "pk"
-        )
+        Job.objects.filter(state=JobState.QUEUED, backend=backend.name)
+        .select_related("project__tenant")
+        .order_by("-priority", "created_at", "pk")
     )
     if not queue:
         return []
-    requests = [Request(j.pk, j.workers, j.gpus, j.cpus, j.memory_mb) for j in queue]
-    admitted, waiting = first_come_first_served(requests, free_capacity(backend), backend.where)
-    done = []
-    for job in queue:
-        if job.pk in admitted:
-            if transition(
-                job,
-                JobState.ADMITTED,
-                f"admitted {backend.where}",
-                placement=admitted[job.pk],
-                admitted_at=timezone.now(),
-            ):
-                done.append(job)
-        elif waiting.get(job.pk) and waiting[job.pk] != job.state_reason:
-            Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
-                state_reason=waiting[job.pk]
+    now = now or timezone.now()
+    nodes = backend.nodes()
+    active = list(
+        Job.objects.filter(state__in=ACTIVE, backend=backend.name).select_related("project__tenant")
+    )
+    # Jobs already asked to stop for a preemption are left out: their resources are
+    # promised to the jobs admitted in their place.
+    running = [j for j in active if j.preempt_requested_at is None]
+    tenants = {j.project.tenant_id: j.project.tenant for j in queue + running}
+    cluster_gpus = sum(n.gpus for n in nodes)
+    snapshot = Snapshot(
+        nodes=nodes,
+        quotas=quotas_for(tenants.values(), cluster_gpus),
+        running=[
+            RunningJob(
+                job_request(j),
+                node_placement(j, nodes),
+                (j.started_at or j.admitted_at or now).timestamp(),
             )
-    return done
+            for j in running
+        ],
+        pending=[job_request(j) for j in queue],
+        usage_history=usage_history(tenants, now, POLICY.usage_window_s),
+    )
+    decision = schedule(snapshot, now.timestamp(), POLICY)
+
+    queued_by_id = {str(j.pk): j for j in queue}
+    running_by_id = {str(j.pk): j for j in running}
+    victims = [(running_by_id[vid], why) for vid, why in decision.preempt if vid in running_by_id]
+    victim_ids = {v.pk for v, _ in victims}
+    devices = Devices(backend, nodes, [j for j in running if j.pk not in victim_ids])
+    for victim, why in victims:
+        services.preempt_job(victim, preemption_reason(why, {**queued_by_id, **running_by_id}))
+
+    quotas = snapshot.quotas
+    used = defaultdict(int)
+    for j in running:
+        if j.pk not in victim_ids:
+            used[tenant_key(j.project.tenant)] += j.gpus * j.workers
+    admitted: list[Job] = []
+    short: dict[str, str] = {}
+    for jid, nodes_of in decision.admit:
+        job = queued_by_id[jid]
+        placement = devices.assign(job, nodes_of)
+        if placement is None:
+            short[jid] = f"waiting for devices to be released {backend.where}"
+            continue
+        key = tenant_key(job.project.tenant)
+        used[key] += job.gpus * job.workers
+        reason = f"admitted {backend.where}"
+        if job.gpus and used[key] > quotas[key].guaranteed_gpus:
+            reason += f" on idle GPUs borrowed beyond {key}'s guarantee (may be preempted)"
+        if transition(
+            job,
+            JobState.ADMITTED,
+            reason,
+            placement=placement,
+            queue_position=None,
+            estimated_start_at=None,
+        ):
+            admitted.append(job)
+
+    holding = [j for j in running if j.pk not in victim_ids] + admitted
+    free = Free(
+        gpus=cluster_gpus - sum(j.gpus * j.workers for j in holding),
+        cpus=sum(n.cpus for n in nodes) - sum(j.cpus * j.workers for j in holding),
+        memory_mb=sum(n.memory_mb for n in nodes) - sum(j.memory_mb * j.workers for j in holding),
+    )
+    for jid, wait in decision.waiting.items():
+        job = queued_by_id[jid]
+        reason = in_words(wait.code, wait.message)
+        if wait.code in ("capacity", "gang"):
+            reason = cpu_or_memory_shortfall(job, free, backend.where) or reason
+        eta = (
+            datetime.fromtimestamp(wait.estimated_start, tz=UTC)
+            if wait.estimated_start is not None and math.isfinite(wait.estimated_start)
+            else None
+        )
+        _explain(job, reason, wait.position, eta)
+    for jid, reason in short.items():
+        _explain(queued_by_id[jid], reason, None, None)
+    return admitted
+
+
+def _explain(job: Job, reason: str, position: int | None, eta: datetime | None) -> None:
+    reason = reason[:500]
+    if eta is not None:
+        eta = eta.replace(microsecond=0)
+    if (job.state_reason, job.queue_position, job.estimated_start_at) == (reason, position, eta):
+        return
+    Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
+        state_reason=reason, queue_position=position, estimated_start_at=eta
+    )
