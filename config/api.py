@@ -3,7 +3,15 @@
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import ApiTokenViewSet, MembershipViewSet, TenantViewSet
+from datasets.api import (
+    DatasetFileViewSet,
+    DatasetVersionViewSet,
+    DatasetViewSet,
+    UploadSessionViewSet,
+)
+from images.api import ImageBuildViewSet, RuntimeImageViewSet
 from jobs.api import ArtifactViewSet, JobViewSet
+from modelhub.api import ModelVersionViewSet, RegisteredModelViewSet
 from projects.api import ProjectMemberViewSet, ProjectViewSet
 
 router = DefaultRouter()
@@ -15,3 +23,11 @@ router.register("project-members", ProjectMemberViewSet, basename="projectmember
 router.register("tokens", ApiTokenViewSet, basename="apitoken")
 router.register("jobs", JobViewSet, basename="job")
 router.register("artifacts", ArtifactViewSet, basename="artifact")
+router.register("images", RuntimeImageViewSet, basename="image")
+router.register("image-builds", ImageBuildViewSet, basename="imagebuild")
+router.register("models", RegisteredModelViewSet, basename="registeredmodel")
+router.register("model-versions", ModelVersionViewSet, basename="modelversion")
+router.register("datasets", DatasetViewSet, basename="dataset")
+router.register("dataset-versions", DatasetVersionViewSet, basename="datasetversion")
+router.register("dataset-files", DatasetFileViewSet, basename="datasetfile")
+router.register("uploads", UploadSessionViewSet, basename="uploadsession")

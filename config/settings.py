@@ -95,10 +95,14 @@ INSTALLED_APPS = [
     "projects",
     "cluster",
     "jobs",
+    "images",
+    "modelhub",
+    "datasets",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "core.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -206,6 +210,58 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 
+# --- Single sign-on: OpenID Connect (Keycloak) -------------------------------
+# On when the issuer, client id and secret are all set; endpoints and keys come from
+# the issuer's discovery document when first needed (accounts/oidc.py).
+OIDC_OP_ISSUER = _get("str", "OIDC_OP_ISSUER", "").rstrip("/")
+OIDC_RP_CLIENT_ID = _get("str", "OIDC_RP_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = _get("str", "OIDC_RP_CLIENT_SECRET", "")
+_oidc_set = [n for n in ("OIDC_OP_ISSUER", "OIDC_RP_CLIENT_ID", "OIDC_RP_CLIENT_SECRET") if globals()[n]]
+if 0 < len(_oidc_set) < 3:
+    _missing = {"OIDC_OP_ISSUER", "OIDC_RP_CLIENT_ID", "OIDC_RP_CLIENT_SECRET"} - set(_oidc_set)
+    _fail(", ".join(sorted(_missing)), f"single sign-on needs it too ({', '.join(_oidc_set)} is set)")
+if OIDC_OP_ISSUER and not OIDC_OP_ISSUER.startswith(("https://", "http://")):
+    _fail("OIDC_OP_ISSUER", "must be the provider's issuer URL, e.g. https://sso.example.org/realms/lab")
+if OIDC_OP_ISSUER and PRODUCTION and not OIDC_OP_ISSUER.startswith("https://"):
+    _fail("OIDC_OP_ISSUER", "must use https:// in production")
+OIDC_PROVIDER_NAME = _get("str", "OIDC_PROVIDER_NAME", "Keycloak")
+# Audience a bearer access token must carry to reach the API (default: the client id).
+OIDC_API_AUDIENCE = _get("str", "OIDC_API_AUDIENCE", "")
+OIDC_TIMEOUT = _get("int", "OIDC_TIMEOUT", 10)
+OIDC_VERIFY_SSL = _get("bool", "OIDC_VERIFY_SSL", True)
+# Groups claim -> roles: {tenant} and {project} are slugs, {role} a tenant or project role.
+GANTRY_OIDC_TENANT_GROUP_PATTERN = _get(
+    "str", "GANTRY_OIDC_TENANT_GROUP_PATTERN", "/labs/{tenant}/{role}"
+)
+GANTRY_OIDC_PROJECT_GROUP_PATTERN = _get(
+    "str", "GANTRY_OIDC_PROJECT_GROUP_PATTERN", "/labs/{tenant}/projects/{project}/{role}"
+)
+for _name, _needs in (
+    ("GANTRY_OIDC_TENANT_GROUP_PATTERN", ("tenant", "role")),
+    ("GANTRY_OIDC_PROJECT_GROUP_PATTERN", ("tenant", "project", "role")),
+):
+    for _placeholder in _needs:
+        if globals()[_name].count("{" + _placeholder + "}") != 1:
+            _fail(_name, f"must contain {{{_placeholder}}} once, e.g. /labs/{{tenant}}/{{role}}")
+# mozilla-django-oidc: RS256 with the provider's JWKS, PKCE, claims from userinfo.
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_RP_SCOPES = "openid email profile groups"
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
+OIDC_AUTHENTICATE_CLASS = "accounts.oidc.OIDCLoginStartView"
+OIDC_CALLBACK_CLASS = "accounts.oidc.OIDCCallbackView"
+OIDC_OP_LOGOUT_URL_METHOD = "accounts.oidc.provider_logout_url"
+if OIDC_OP_ISSUER:
+    AUTHENTICATION_BACKENDS.append("accounts.oidc.GantryOIDCBackend")
+
+# Sign-in attempts: after this many failures for one username from one address,
+# that pair is refused for the lockout period (counted in the cache: Redis in production).
+GANTRY_LOGIN_MAX_FAILURES = _get("int", "GANTRY_LOGIN_MAX_FAILURES", 5)
+GANTRY_LOGIN_LOCKOUT_SECONDS = _get("int", "GANTRY_LOGIN_LOCKOUT_SECONDS", 900)
+if GANTRY_LOGIN_MAX_FAILURES < 1:
+    _fail("GANTRY_LOGIN_MAX_FAILURES", "must be at least 1")
+
 # --- Files ---------------------------------------------------------------
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
@@ -253,6 +309,7 @@ STORAGES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "accounts.authentication.ApiTokenAuthentication",
+        "accounts.authentication.OidcBearerAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["core.api.MatrixPermission"],
@@ -280,6 +337,11 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TenantRoleEnum": "accounts.models.TenantRole",
         "ProjectRoleEnum": "projects.models.ProjectRole",
+        "JobStateEnum": "jobs.states.JobState",
+        "ImageBuildStateEnum": "images.models.BuildState",
+        "UploadStateEnum": "datasets.models.UploadState",
+        "ProjectVisibilityEnum": "projects.models.Visibility",
+        "ImageVisibilityEnum": "images.models.ImageVisibility",
     },
 }
 
@@ -296,6 +358,28 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024 * 1024
+# Uploaded files above this size spool to a temporary file instead of memory. Dataset
+# bytes go straight to object storage (presigned URLs), never through these limits.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2621440
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
+# Content-Security-Policy (core.middleware): the vendored assets need no inline script
+# or style; the SSO provider's origin joins form-action when configured.
+GANTRY_CSP = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'"],
+    "img-src": ["'self'", "data:"],
+    "connect-src": ["'self'", "ws:", "wss:"],
+    "frame-ancestors": ["'none'"],
+    "object-src": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+}
+# JupyterLab behind the notebook proxy needs inline scripts and sends its own policy.
+GANTRY_CSP_EXEMPT_URL_NAMES = ["notebook_proxy", "notebook_proxy_root"]
+# Per page (URL name): Swagger UI's script is a file (the split view), but its React code
+# injects a <style> element at run time; inline styles only, scripts stay 'self'.
+GANTRY_CSP_OVERRIDES = {"api-docs": {"style-src": ["'self'", "'unsafe-inline'"]}}
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -331,6 +415,11 @@ GANTRY_JOBS_DIR = Path(_get("str", "GANTRY_JOBS_DIR", str(DATA_DIR / "jobs"))).r
 # Local backend capacity; 0 = what the machine has (CI overrides it on small runners).
 GANTRY_LOCAL_CPUS = _get("int", "GANTRY_LOCAL_CPUS", 0)
 GANTRY_LOCAL_MEMORY_MB = _get("int", "GANTRY_LOCAL_MEMORY_MB", 0)
+# Test-only, deliberately not read from the environment: the local backend reports this
+# many GPUs (indices 0…n-1) instead of the detected ones, for admission's bookkeeping on
+# machines without GPUs. Nothing checks that a device exists; jobs see the indices in
+# CUDA_VISIBLE_DEVICES. Tests set it with the `settings` fixture.
+GANTRY_LOCAL_FAKE_GPUS = 0
 GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
 GANTRY_JOB_GRACE_SECONDS = _get("int", "GANTRY_JOB_GRACE_SECONDS", 10)
@@ -342,3 +431,61 @@ GANTRY_JOB_WORKDIR_RETENTION_HOURS = _get("int", "GANTRY_JOB_WORKDIR_RETENTION_H
 for _name in ("GANTRY_LOCAL_CPUS", "GANTRY_LOCAL_MEMORY_MB", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS"):
     if globals()[_name] < 0:
         _fail(_name, "must not be negative")
+
+# --- Runtime images: the OCI registry Gantry browses and pushes custom images to ----
+GANTRY_REGISTRY_URL = _get("str", "GANTRY_REGISTRY_URL", "").rstrip("/")
+if GANTRY_REGISTRY_URL and not GANTRY_REGISTRY_URL.startswith(("http://", "https://")):
+    _fail("GANTRY_REGISTRY_URL", "must start with http:// or https://")
+GANTRY_REGISTRY_USERNAME = _get("str", "GANTRY_REGISTRY_USERNAME", "")
+GANTRY_REGISTRY_PASSWORD = _get("str", "GANTRY_REGISTRY_PASSWORD", "")
+GANTRY_REGISTRY_VERIFY_TLS = _get("bool", "GANTRY_REGISTRY_VERIFY_TLS", True)
+GANTRY_REGISTRY_TIMEOUT_SECONDS = _get("float", "GANTRY_REGISTRY_TIMEOUT_SECONDS", 15.0)
+# Custom image builds: pip runs here (never inside the image), so only pure-Python wheels.
+GANTRY_PIP_INDEX_URL = _get("str", "GANTRY_PIP_INDEX_URL", "")
+GANTRY_PIP_FIND_LINKS = _get("str", "GANTRY_PIP_FIND_LINKS", "")
+GANTRY_PIP_NO_INDEX = _get("bool", "GANTRY_PIP_NO_INDEX", False)
+
+# --- Kubernetes backend (GANTRY_JOB_BACKEND=kubernetes) --------------------------------
+# Clusters are registered in the admin (cluster.KubernetesCluster); with none registered,
+# the backend uses $KUBECONFIG, or the in-cluster service account when it runs in a pod.
+GANTRY_K8S_DEFAULT_IMAGE = _get("str", "GANTRY_K8S_DEFAULT_IMAGE", "gantry/pytorch:latest")
+# The address executors inside the cluster use to reach Gantry (often a Service name).
+GANTRY_K8S_API_URL = _get("str", "GANTRY_K8S_API_URL", GANTRY_URL).rstrip("/")
+# The namespace Gantry itself runs in: only it may reach notebook pods (NetworkPolicy).
+GANTRY_K8S_PLATFORM_NAMESPACE = _get("str", "GANTRY_K8S_PLATFORM_NAMESPACE", "gantry")
+# GPU model -> node selector, e.g. {"A100": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}};
+# a model not listed selects nodes whose nvidia.com/gpu.product label equals it.
+GANTRY_K8S_GPU_NODE_SELECTORS = _get("json", "GANTRY_K8S_GPU_NODE_SELECTORS", {})
+# Tolerations given to GPU pods (GPU nodes are usually tainted).
+GANTRY_K8S_GPU_TOLERATIONS = _get(
+    "json",
+    "GANTRY_K8S_GPU_TOLERATIONS",
+    [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+)
+GANTRY_K8S_IMAGE_PULL_SECRETS = _get("list", "GANTRY_K8S_IMAGE_PULL_SECRETS", [])
+GANTRY_K8S_TTL_SECONDS_AFTER_FINISHED = _get("int", "GANTRY_K8S_TTL_SECONDS_AFTER_FINISHED", 3600)
+GANTRY_K8S_MASTER_PORT = _get("int", "GANTRY_K8S_MASTER_PORT", 29500)
+GANTRY_K8S_NOTEBOOK_PORT = _get("int", "GANTRY_K8S_NOTEBOOK_PORT", 8888)
+# A pod no node can take for this long fails its attempt ("no node can run it: …").
+GANTRY_K8S_UNSCHEDULABLE_SECONDS = _get("int", "GANTRY_K8S_UNSCHEDULABLE_SECONDS", 600)
+GANTRY_K8S_API_TIMEOUT_SECONDS = _get("float", "GANTRY_K8S_API_TIMEOUT_SECONDS", 10.0)
+# Optional GPU utilization source on Kubernetes: a Prometheus scraping NVIDIA's DCGM exporter.
+GANTRY_PROMETHEUS_URL = _get("str", "GANTRY_PROMETHEUS_URL", "").rstrip("/")
+if not isinstance(GANTRY_K8S_GPU_NODE_SELECTORS, dict) or not all(
+    isinstance(v, dict) for v in GANTRY_K8S_GPU_NODE_SELECTORS.values()
+):
+    _fail("GANTRY_K8S_GPU_NODE_SELECTORS", "must be a JSON object of model -> {label: value}")
+if not isinstance(GANTRY_K8S_GPU_TOLERATIONS, list):
+    _fail("GANTRY_K8S_GPU_TOLERATIONS", "must be a JSON list of Kubernetes tolerations")
+
+# --- Datasets ------------------------------------------------------------
+# Per-tenant storage for datasets when the tenant has no datasets.StorageQuota row.
+GANTRY_TENANT_STORAGE_QUOTA_GB = _get("float", "GANTRY_TENANT_STORAGE_QUOTA_GB", 100.0)
+GANTRY_UPLOAD_PART_MB = _get("int", "GANTRY_UPLOAD_PART_MB", 16)
+# An upload with no activity for this long is aborted and its parts deleted.
+GANTRY_UPLOAD_EXPIRY_HOURS = _get("int", "GANTRY_UPLOAD_EXPIRY_HOURS", 24)
+GANTRY_ARCHIVE_MAX_BYTES = _get("int", "GANTRY_ARCHIVE_MAX_BYTES", 50 * 1024**3)
+GANTRY_ARCHIVE_MAX_FILES = _get("int", "GANTRY_ARCHIVE_MAX_FILES", 200_000)
+GANTRY_ARCHIVE_MAX_RATIO = _get("int", "GANTRY_ARCHIVE_MAX_RATIO", 200)
+if GANTRY_UPLOAD_PART_MB < 5:
+    _fail("GANTRY_UPLOAD_PART_MB", "must be at least 5 (the S3 minimum part size)")

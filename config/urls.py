@@ -1,8 +1,9 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from mozilla_django_oidc.views import OIDCLogoutView
 
+from accounts.views import GantryLoginView
 from config.api import router
 from core.api import api_not_found
 from core.views import AuditEventListView, HomeView, healthz
@@ -11,19 +12,27 @@ urlpatterns = [
     path("", HomeView.as_view(), name="home"),
     path("healthz", healthz, name="healthz"),
     path("audit/", AuditEventListView.as_view(), name="audit_list"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
-    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/login/", GantryLoginView.as_view(), name="login"),
+    # Signs out of the provider too (RP-initiated logout) when the session came from SSO.
+    path("accounts/logout/", OIDCLogoutView.as_view(), name="logout"),
+    path("oidc/", include("mozilla_django_oidc.urls")),
     path("", include("accounts.urls")),
     path("", include("projects.urls")),
     path("", include("jobs.urls")),
+    path("", include("datasets.urls")),
     path("", include("jobs.proxy_urls")),
     path("", include("cluster.urls")),
+    path("", include("images.urls")),
+    path("", include("modelhub.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/executor/", include("jobs.executor_api")),
+    path("api/v1/executor/", include("datasets.executor_api")),
+    path("api/v1/executor/", include("modelhub.executor_api")),
     path("api/v1/", include(router.urls)),
     path("api/v1/", include("config.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves Swagger UI's start-up script as a file: no inline script for CSP.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     # Anything else under /api/ answers in JSON, not with the HTML 404 page.
     re_path(r"^api/", api_not_found, name="api-not-found"),
 ]

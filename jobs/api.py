@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
-from jobs.queries import log_lines
+from jobs.queries import lines_before, log_lines
 from projects.models import Project
 from projects.permissions import get_object_for_user
 
@@ -71,6 +71,9 @@ class JobSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "cancel_requested_at",
+            "queue_position",
+            "estimated_start_at",
+            "preemptions",
         ]
         read_only_fields = fields
 
@@ -187,20 +190,40 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         parameters=[
             OpenApiParameter("worker", OpenApiTypes.INT, description="worker rank (default 0)"),
             OpenApiParameter("after", OpenApiTypes.INT, description="lines after this seq"),
+            OpenApiParameter(
+                "before",
+                OpenApiTypes.INT,
+                description="instead of after: the last `limit` lines before this seq",
+            ),
             OpenApiParameter("limit", OpenApiTypes.INT, description="at most this many (≤ 5000)"),
         ],
         responses=LogLineSerializer(many=True),
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
-        """Log lines in seq order, one page at a time: pass `next_after` back as `after`."""
+        """Log lines in seq order, one page at a time: pass `next_after` back as `after`,
+        or page backwards (the job page's "load earlier lines") with `before`."""
         job = self.get_object()
         try:
             worker = int(request.query_params.get("worker", 0))
             after = int(request.query_params.get("after", 0))
+            before = request.query_params.get("before")
+            before = int(before) if before not in (None, "") else None
             limit = min(max(int(request.query_params.get("limit", 1000)), 1), 5000)
         except ValueError:
-            raise serializers.ValidationError("worker, after and limit are integers.") from None
+            raise serializers.ValidationError(
+                "worker, after, before and limit are integers."
+            ) from None
+        if before is not None:
+            lines = lines_before(job, worker=worker, before=before, limit=limit)
+            return Response(
+                {
+                    "worker": worker,
+                    "results": lines,
+                    "next_before": lines[0]["seq"] if lines else before,
+                    "complete": not lines or lines[0]["seq"] <= 1,
+                }
+            )
         lines = log_lines(job, worker=worker, after=after, limit=limit)
         return Response(
             {

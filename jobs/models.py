@@ -75,6 +75,14 @@ class Job(models.Model):
     token_hash = models.CharField(max_length=64, blank=True, editable=False)
     backend = models.CharField(max_length=32, default="local")
     placement = models.JSONField(default=dict, blank=True)
+    # The scheduler's view of a queued job, rewritten by every admission pass (None when
+    # the job is not waiting, or the policy cannot tell).
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+    # Preemption: asked to stop to make room (it goes back to the queue, not to failed),
+    # and how often that happened to this job.
+    preempt_requested_at = models.DateTimeField(null=True, blank=True)
+    preemptions = models.PositiveIntegerField(default=0)
     # Notebooks: the last proxied request (jobs/proxy.py updates it); idle notebooks stop.
     last_activity_at = models.DateTimeField(null=True, blank=True)
 

@@ -17,6 +17,7 @@ import secrets
 import shlex
 import tempfile
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -24,11 +25,14 @@ from django.core.exceptions import ValidationError
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import transaction
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from core import audit
 from jobs import states
+from jobs.admission import devices_overlap, never_runs
 from jobs.backends import get_backend
+from jobs.consumers import publish_lines, publish_metrics
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, LogChunk, MetricPoint
 from jobs.states import JobState, transition
 from projects.permissions import require
@@ -186,7 +190,9 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
         if want * n > have:
             each = f" ({want} for each of {n} workers)" if n > 1 else ""
             errors.setdefault(
-                field, f"Asks for {want * n} {unit}{each}, but there are only {have} {where}."
+                field,
+                f"Asks for {want * n} {unit}{each}, but there are only {have} {where}: "
+                "it can never run as submitted.",
             )
 
     inputs = spec.get("inputs") or []
@@ -210,6 +216,13 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, **spec) -> Job
     require(actor, "job.submit", project)
     backend = get_backend()
     clean = validate_spec(spec, backend)
+    # Dataset inputs are pinned to a version here, so the job reads exactly what it named.
+    from datasets.services import clean_job_inputs
+
+    clean["inputs"] = clean_job_inputs(actor, project, clean["inputs"])
+    never = never_runs(project, clean, backend)
+    if never:
+        raise ValidationError({never[0]: never[1]})
     job = Job.objects.create(
         project=project,
         created_by=actor,
@@ -301,6 +314,39 @@ def cancel_job(actor, job: Job, reason: str | None = None) -> Job:
     raise ValidationError("The job changed state too often to cancel; try again.")
 
 
+# --- usage ------------------------------------------------------------------------------
+
+
+def usage_by_tenant(tenant_ids) -> dict[int, dict[str, int]]:
+    """What each tenant's jobs hold now and how many wait, in one aggregate query:
+    {tenant id: {"gpus", "cpus", "memory_mb", "jobs", "queued"}} (active = admitted,
+    starting or running; a job being preempted still holds its resources)."""
+    active = Q(state__in=states.ACTIVE)
+    rows = (
+        Job.objects.filter(project__tenant_id__in=list(tenant_ids))
+        .filter(active | Q(state=JobState.QUEUED))
+        .values("project__tenant_id")
+        .annotate(
+            gpus=Sum(F("gpus") * F("workers"), filter=active),
+            cpus=Sum(F("cpus") * F("workers"), filter=active),
+            memory_mb=Sum(F("memory_mb") * F("workers"), filter=active),
+            jobs=Count("pk", filter=active),
+            queued=Count("pk", filter=Q(state=JobState.QUEUED)),
+        )
+    )
+    empty = {"gpus": 0, "cpus": 0, "memory_mb": 0, "jobs": 0, "queued": 0}
+    usage = {tid: dict(empty) for tid in tenant_ids}
+    for row in rows:
+        usage[row.pop("project__tenant_id")] = {k: row[k] or 0 for k in empty}
+    return usage
+
+
+def tenant_usage(tenant) -> dict[str, int]:
+    """GPUs, CPUs, memory (MiB) and jobs the tenant's active jobs hold now."""
+    usage = usage_by_tenant([tenant.pk])[tenant.pk]
+    return {k: usage[k] for k in ("gpus", "cpus", "memory_mb", "jobs")}
+
+
 # --- launching --------------------------------------------------------------------------
 
 
@@ -322,6 +368,13 @@ def parse_token(token: str) -> tuple[int, str] | None:
 def launch_job(job: Job) -> bool:
     """admitted -> starting, then start the executors. False if another launcher won."""
     backend = get_backend(job.backend)
+    holder = device_holder(job)
+    if holder is not None:
+        reason = f"admitted; starts when job #{holder.pk} has stopped and freed its devices"
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).exclude(
+            state_reason=reason
+        ).update(state_reason=reason)
+        return False
     secret = secrets.token_urlsafe(32)
     placement = dict(job.placement)
     if job.kind == JobKind.DISTRIBUTED:
@@ -336,6 +389,7 @@ def launch_job(job: Job) -> bool:
         token_hash=Job.hash_token(secret),
         placement=placement,
         cancel_requested_at=None,
+        preempt_requested_at=None,
     ):
         return False
     now = timezone.now()
@@ -358,6 +412,71 @@ def launch_job(job: Job) -> bool:
         job.refresh_from_db()
         end_attempt(job, JobState.FAILED, f"could not start: {exc}")
     return True
+
+
+def device_holder(job: Job) -> Job | None:
+    """A launched job still holding GPUs or CPU slots promised to `job` (a job being
+    preempted for it, within its grace period), or None."""
+    if not job.placement:
+        return None
+    others = (
+        Job.objects.filter(state__in=states.LAUNCHED, backend=job.backend)
+        .exclude(pk=job.pk)
+        .only("pk", "placement")
+    )
+    return next((o for o in others if devices_overlap(o.placement, job.placement)), None)
+
+
+# --- preemption -------------------------------------------------------------------------
+
+STOPPING = "; stopping"
+
+
+def preempt_job(job: Job, reason: str) -> None:
+    """Make room for another job. Nothing launched yet: back to the queue at once.
+    Launched: SIGTERM (the executor creates GANTRY_PREEMPT_FILE first, so training code
+    can checkpoint) and, when the workers have stopped, `requeue_preempted`. A preempted
+    job never fails for it, keeps its submit order and priority, and reuses its working
+    directory when it runs again."""
+    for _ in range(3):
+        if job.state == JobState.ADMITTED:
+            if transition(
+                job,
+                JobState.QUEUED,
+                f"{reason}; requeued (preemption {job.preemptions + 1})",
+                placement={},
+                preemptions=job.preemptions + 1,
+            ):
+                return
+        elif job.state in states.LAUNCHED:
+            grace = settings.GANTRY_JOB_GRACE_SECONDS
+            first = Job.objects.filter(
+                pk=job.pk,
+                state=job.state,
+                preempt_requested_at__isnull=True,
+                cancel_requested_at__isnull=True,
+            ).update(preempt_requested_at=timezone.now(), state_reason=f"{reason}{STOPPING}")
+            if first:
+                _note(job, f"{reason}: asking it to stop (SIGTERM, {grace} s grace)")
+                transaction.on_commit(partial(get_backend(job.backend).cancel, job))
+            return
+        else:
+            return
+        job.refresh_from_db()  # lost a race with launch: look again
+
+
+def requeue_preempted(job: Job, detail: str = "") -> bool:
+    """A preempted job's workers have stopped: back to the queue (not failed)."""
+    reason = job.state_reason.removesuffix(STOPPING) or "preempted"
+    n = job.preemptions + 1
+    return transition(
+        job,
+        JobState.QUEUED,
+        f"{reason}{f' ({detail})' if detail else ''}; requeued (preemption {n})",
+        placement={},
+        preempt_requested_at=None,
+        preemptions=n,
+    )
 
 
 def end_attempt(job: Job, outcome: str, reason: str, actor=None) -> bool:
@@ -408,6 +527,8 @@ def executor_job(job_id: int, token: str) -> tuple[Job, int] | None:
 
 
 def job_spec_for_executor(job: Job, rank: int) -> dict[str, Any]:
+    from datasets.services import inputs_for_executor
+
     backend = get_backend(job.backend)
     worker = JobWorker.objects.get(job=job, rank=rank)
     JobWorker.objects.filter(pk=worker.pk).update(last_heartbeat_at=timezone.now())
@@ -420,7 +541,7 @@ def job_spec_for_executor(job: Job, rank: int) -> dict[str, Any]:
         "grace_seconds": settings.GANTRY_JOB_GRACE_SECONDS,
         "heartbeat_seconds": settings.GANTRY_HEARTBEAT_SECONDS,
         "outputs_dir": job.outputs_dir,
-        "inputs": job.inputs,
+        "inputs": inputs_for_executor(job),
     }
 
 
@@ -480,6 +601,7 @@ def ingest_logs(job: Job, rank: int, lines: list) -> int:
             )
             worker.last_log_seq = fresh[-1]["seq"]
             JobWorker.objects.filter(pk=worker.pk).update(last_log_seq=worker.last_log_seq)
+            transaction.on_commit(partial(publish_lines, job.pk, rank, fresh))
         return worker.last_log_seq
 
 
@@ -500,7 +622,7 @@ def ingest_metrics(job: Job, rank: int, metrics: list) -> int:
         worker = _locked_worker(job, rank)
         fresh = sorted((m for m in metrics if m["seq"] > worker.last_metric_seq), key=_seq)
         if fresh:
-            MetricPoint.objects.bulk_create(
+            points = MetricPoint.objects.bulk_create(
                 MetricPoint(
                     job=job,
                     worker=rank,
@@ -514,13 +636,18 @@ def ingest_metrics(job: Job, rank: int, metrics: list) -> int:
             )
             worker.last_metric_seq = fresh[-1]["seq"]
             JobWorker.objects.filter(pk=worker.pk).update(last_metric_seq=worker.last_metric_seq)
+            transaction.on_commit(partial(publish_metrics, job.pk, rank, points))
         return worker.last_metric_seq
 
 
 def record_heartbeat(job: Job, rank: int) -> bool:
     """Note that a worker is alive; True if it should stop (cancel requested or job over)."""
     JobWorker.objects.filter(job=job, rank=rank).update(last_heartbeat_at=timezone.now())
-    return job.cancel_requested_at is not None or job.state not in states.LAUNCHED
+    return (
+        job.cancel_requested_at is not None
+        or job.preempt_requested_at is not None
+        or job.state not in states.LAUNCHED
+    )
 
 
 def record_worker_status(job: Job, rank: int, body: dict) -> None:
@@ -586,6 +713,9 @@ def settle_job(job: Job) -> None:
         if job.cancel_requested_at is not None:
             reason = job.state_reason.removesuffix("; stopping") or "cancelled"
             transition(job, JobState.CANCELLED, reason)
+        elif job.preempt_requested_at is not None:
+            if not others:  # the whole gang has stopped
+                requeue_preempted(job)
         elif w.state == "timed_out":
             transition(job, JobState.TIMED_OUT, f"{who}{w.reason}")
         elif w.state == "cancelled":
@@ -675,6 +805,13 @@ def reconcile_job(job: Job, now: datetime | None = None, *, adopting: bool = Fal
     if job.state not in states.LAUNCHED:
         return None
     grace = settings.GANTRY_JOB_GRACE_SECONDS
+    if job.preempt_requested_at and not job.cancel_requested_at:
+        alive = any(p.alive for p in probes.values())
+        if not alive or (now - job.preempt_requested_at).total_seconds() > grace + 30:
+            backend.kill(job)
+            requeue_preempted(job, "processes killed: they did not stop in time" if alive else "")
+            return "preempted"
+        return None
     workers = [w for w in job.worker_set.all() if w.state not in WORKER_DONE]
     timeout = settings.GANTRY_HEARTBEAT_TIMEOUT_SECONDS
     who = (lambda w: f"worker {w.rank} ") if job.workers > 1 else (lambda w: "")

@@ -99,7 +99,7 @@ def transition(job, to_state: str, reason: str, actor=None, **fields) -> bool:
         won = Job.objects.filter(pk=job.pk, state=current).update(**values)
         if not won:
             return False
-        JobEvent.objects.create(
+        event = JobEvent.objects.create(
             job_id=job.pk,
             at=now,
             from_state=current,
@@ -109,6 +109,10 @@ def transition(job, to_state: str, reason: str, actor=None, **fields) -> bool:
         )
     for name, value in values.items():
         setattr(job, name, value)
+    # Job pages and lists watching this job hear of it (jobs/consumers.py).
+    from jobs.consumers import publish_status
+
+    transaction.on_commit(lambda: publish_status(job, event))
     if to_state in TERMINAL or to_state == QUEUED:
         # Capacity was freed or a job is waiting: run admission soon, not at the next tick.
         from jobs.tasks import kick

@@ -10,6 +10,10 @@ urlpatterns = [
     path("jobs/<int:pk>/cancel/", views.JobCancelView.as_view(), name="job_cancel"),
     path("jobs/<int:pk>/retry/", views.JobRetryView.as_view(), name="job_retry"),
     path("jobs/<int:pk>/clone/", views.JobCloneView.as_view(), name="job_clone"),
+    path("jobs/<int:pk>/log/", views.JobLogDownloadView.as_view(), name="job_log_download"),
+    path(
+        "projects/<int:pk>/metrics/", views.MetricCompareView.as_view(), name="metric_compare"
+    ),
     path(
         "artifacts/<int:pk>/download/",
         views.ArtifactDownloadView.as_view(),

@@ -1,18 +1,23 @@
+from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.core.handlers.asgi import ASGIRequest
 from django.db.models import Count
-from django.http import FileResponse
+from django.http import FileResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from core.views import GantryView, ObjectDetailView, ObjectListView, ServiceFormView
 from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.forms import FORMS, TrainJobForm, initial_from_job
 from jobs.models import Artifact, Job, JobKind, MetricPoint
-from jobs.queries import tail_lines
+from jobs.queries import iter_interleaved, iter_lines
 from projects.models import Project
 
-LOG_TAIL_LINES = 500
+LOG_TAIL_LINES = 1000
+COMPARE_MAX_JOBS = 12
+COMPARE_MAX_POINTS = 5000  # per job; longer series are thinned evenly
 
 
 class JobListView(ObjectListView):
@@ -29,7 +34,9 @@ class JobListView(ObjectListView):
         return queryset
 
     def get_extra_context(self):
-        return {"kinds": JobKind.choices}
+        project = self.request.GET.get("project", "")
+        compare = reverse("jobs:metric_compare", args=[project]) if project.isdigit() else None
+        return {"kinds": JobKind.choices, "compare_url": compare}
 
 
 class JobSubmitView(ServiceFormView):
@@ -110,16 +117,14 @@ class JobDetailView(ObjectDetailView):
             worker = int(self.request.GET.get("worker", 0))
         except ValueError:
             worker = 0
-        metrics = MetricPoint.objects.filter(job=job)
+        # The log and the metric charts come over the websocket (jobs/consumers.py,
+        # jobs/static/jobs/live.js); the page renders the rest.
         return {
             "workers": job.worker_set.all(),
             "worker": worker,
             "events": job.events.select_related("actor"),
             "artifacts": job.artifacts.all(),
-            "log_lines": tail_lines(job, worker=worker, count=LOG_TAIL_LINES),
-            "log_limit": LOG_TAIL_LINES,
-            "metric_names": metrics.values("name").annotate(points=Count("pk")).order_by("name"),
-            "metric_points": metrics.order_by("-ts", "-pk")[:50],
+            "log_tail": LOG_TAIL_LINES,
         }
 
     def get(self, request, *args, **kwargs):
@@ -178,4 +183,114 @@ class ArtifactDownloadView(GantryView):
             artifact.file.open("rb"),
             as_attachment=True,
             filename=artifact.path.rsplit("/", 1)[-1],
+        )
+
+
+def _text_blocks(lines, prefix: bool, size: int = 64 * 1024):
+    """Join log lines into ~64 KiB blocks of text for a streamed download."""
+    parts, length = [], 0
+    for line in lines:
+        text = (f"[worker {line['worker']}] " if prefix else "") + line["text"] + "\n"
+        parts.append(text)
+        length += len(text)
+        if length >= size:
+            yield "".join(parts)
+            parts, length = [], 0
+    if parts:
+        yield "".join(parts)
+
+
+async def _async_blocks(blocks):
+    # Under ASGI Django would list() a synchronous iterator before sending it (the
+    # whole log in memory); stepping it in the thread that owns the DB connection
+    # streams it instead.
+    done = object()
+    step = sync_to_async(lambda: next(blocks, done), thread_sensitive=True)
+    while (block := await step()) is not done:
+        yield block
+
+
+class JobLogDownloadView(GantryView):
+    """The whole log as text, streamed a few chunks at a time; `?worker=<rank>|all`."""
+
+    model = Job
+    permission_action = "job.view"
+
+    def get(self, request, *args, **kwargs):
+        job = self.get_object()
+        raw = request.GET.get("worker", "all")
+        if raw == "all":
+            workers = list(range(job.workers))
+        elif raw.isdigit() and int(raw) < job.workers:
+            workers = [int(raw)]
+        else:
+            return HttpResponseBadRequest(f"worker must be all or a rank below {job.workers}.")
+        lines = (
+            iter_lines(job, worker=workers[0])
+            if len(workers) == 1
+            else iter_interleaved(job, workers)
+        )
+        blocks = _text_blocks(lines, prefix=len(workers) > 1)
+        response = StreamingHttpResponse(
+            _async_blocks(blocks) if isinstance(request, ASGIRequest) else blocks,
+            content_type="text/plain; charset=utf-8",
+        )
+        suffix = f"-worker-{workers[0]}" if raw != "all" else ""
+        response["Content-Disposition"] = f'attachment; filename="job-{job.pk}{suffix}.log"'
+        return response
+
+
+class MetricCompareView(GantryView):
+    """One metric across several jobs of a project, on one chart (`?name=loss&job=3&job=7`)."""
+
+    model = Project
+    permission_action = "job.view"
+
+    def get(self, request, *args, **kwargs):
+        project = self.get_object()
+        try:
+            picked = [int(v) for v in request.GET.getlist("job") if v != ""]
+        except ValueError:
+            return HttpResponseBadRequest("job must be job ids.")
+        if len(picked) > COMPARE_MAX_JOBS:
+            return HttpResponseBadRequest(f"Compare at most {COMPARE_MAX_JOBS} jobs.")
+        jobs = Job.objects.visible_to(request.user).filter(project=project)
+        names = (
+            MetricPoint.objects.filter(job__in=jobs)
+            .values_list("name", flat=True)
+            .distinct()
+            .order_by("name")[:200]
+        )
+        name = request.GET.get("name") or (names[0] if names else "")
+        candidates = (
+            jobs.filter(metrics__name=name).annotate(points=Count("metrics")).order_by("-pk")[:50]
+            if name
+            else []
+        )
+        selected = [j for j in candidates if j.pk in picked] or list(candidates[:3])
+        series = []
+        for job in selected:
+            points = MetricPoint.objects.filter(job=job, name=name, worker=0).exclude(step=None)
+            total = points.count()
+            stride = max(1, -(-total // COMPARE_MAX_POINTS))
+            rows = points.order_by("step", "pk").values_list("step", "value")
+            series.append(
+                {
+                    "job": job.pk,
+                    "label": f"#{job.pk} {job.name}"[:60],
+                    "points": [list(r) for i, r in enumerate(rows.iterator()) if i % stride == 0],
+                }
+            )
+        return render(
+            request,
+            "jobs/metric_compare.html",
+            {
+                "object": project,
+                "project": project,
+                "names": names,
+                "name": name,
+                "candidates": candidates,
+                "selected": {j.pk for j in selected},
+                "series": series,
+            },
         )

@@ -60,6 +60,11 @@ MATRIX: dict[str, Rule] = {
     "model.register": Rule(PROJECT, ProjectRole.DEVELOPER),
     "model.alias": Rule(PROJECT, ProjectRole.MAINTAINER),
     "model.delete": Rule(PROJECT, ProjectRole.MAINTAINER),
+    # Runtime images are tenant-scoped; public catalog images belong to no tenant (see can()).
+    "image.view": Rule(TENANT, TenantRole.MEMBER),
+    "image.create": Rule(TENANT, TenantRole.MEMBER),
+    "image.change": Rule(TENANT, TenantRole.ADMIN),
+    "image.delete": Rule(TENANT, TenantRole.ADMIN),
 }
 
 
@@ -119,6 +124,10 @@ def can(user, action: str, obj, token=None) -> bool:
     rule = MATRIX[action]  # KeyError is a programming error: every action has a rule
     if not user.is_authenticated or not user.is_active:
         return False
+    # Public catalog rows (the seeded runtime images) belong to no tenant: everyone
+    # signed in may read them, only lab administrators (without a token) change them.
+    if getattr(obj, "public_to_all_tenants", False):
+        return is_read_action(action) or (user.is_superuser and token is None)
     if token is not None and not token_allows(token, action, obj):
         return False
     if user.is_superuser:

@@ -107,3 +107,23 @@ def _fresh_cache():
     cache.clear()
     yield
     cache.clear()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_file_storage(tmp_path_factory):
+    """Files written by tests go to a temporary folder, never to the checkout's var/."""
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    location = tmp_path_factory.mktemp("files")
+    default = settings.STORAGES["default"]
+    if default["BACKEND"] != "django.core.files.storage.FileSystemStorage":
+        yield
+        return
+    override = override_settings(
+        MEDIA_ROOT=location,
+        STORAGES={**settings.STORAGES, "default": {**default, "OPTIONS": {**default.get("OPTIONS", {}), "location": location}}},
+    )
+    override.enable()
+    yield
+    override.disable()

@@ -19,10 +19,14 @@ from jobs import services as job_services
 from jobs.models import Artifact, Job
 from projects.models import Project, ProjectMember
 from projects.permissions import AUTHENTICATED, MATRIX, MATRIX_VIEW_OF, can
+from tests.datasets.builders import access_objects as dataset_objects
+from tests.modelhub.builders import access_objects
 
 ROLES = ["owner", "member", "outsider"]
 # Views anyone may reach, signed in or not.
 PUBLIC = {"login", "logout", "api-schema", "api-docs", "healthz"}
+# Single sign-on's own steps (tests/accounts/test_oidc.py drives them against a real provider).
+PUBLIC |= {"oidc_authentication_init", "oidc_authentication_callback", "oidc_logout"}
 # Pages that only answer 200 with something running behind them: the walk checks that
 # signed-out users are sent to log in and outsiders get 404; the named test file covers
 # the allowed side against the real thing.
@@ -67,6 +71,8 @@ def _objects(tenant, project, owner, member):
         ApiToken: token,
         Job: job,
         Artifact: artifact,
+        **access_objects(tenant, project, owner),
+        **dataset_objects(tenant, project, owner),
     }
 
 

@@ -7,6 +7,7 @@ from django.utils.module_loading import import_string
 
 BACKENDS = {
     "local": "jobs.backends.local.LocalBackend",
+    "kubernetes": "jobs.backends.kubernetes.KubernetesBackend",
 }
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from jobs.scheduler import Node
+
 
 @dataclass(frozen=True)
 class Gpu:
@@ -46,6 +48,17 @@ class Backend:
     where = "on this backend"
 
     def capacity(self) -> Capacity:
+        raise NotImplementedError
+
+    def nodes(self) -> list[Node]:
+        """The machines jobs can be placed on, as the scheduling policy sees them.
+
+        Admission builds its `jobs.scheduler.Snapshot` from these once per pass: every
+        worker of a job lands on one node, and a job's `placement["nodes"]` maps node
+        names to worker counts. Report each node's whole capacity for jobs (Kubernetes:
+        allocatable), not what is free now: admission subtracts Gantry's active jobs
+        itself. Names must be stable across restarts.
+        """
         raise NotImplementedError
 
     def launch(self, job, token_for_rank) -> None:

@@ -39,6 +39,7 @@ from pathlib import Path
 from django.conf import settings
 
 from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
+from jobs.scheduler import Node
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +185,10 @@ class LocalBackend(Backend):
 
     # -- capacity ------------------------------------------------------------------
     def gpus(self) -> tuple[Gpu, ...]:
+        fake = getattr(settings, "GANTRY_LOCAL_FAKE_GPUS", 0)
+        if fake:
+            # Test-only (see settings): GPUs that exist for admission's bookkeeping alone.
+            return tuple(Gpu(index=i, name="fake GPU (tests)") for i in range(fake))
         with self._lock:
             if self._gpus is None or time.monotonic() - self._gpus_at > self.gpu_cache_seconds:
                 self._gpus = detect_gpus()
@@ -194,6 +199,20 @@ class LocalBackend(Backend):
         cpus = settings.GANTRY_LOCAL_CPUS or os.cpu_count() or 1
         memory = settings.GANTRY_LOCAL_MEMORY_MB or _meminfo_mb()
         return Capacity(cpus=cpus, memory_mb=memory, gpus=self.gpus())
+
+    def nodes(self) -> list[Node]:
+        """One node: this machine, with the capacity above."""
+        capacity = self.capacity()
+        models = {gpu.name for gpu in capacity.gpus}
+        return [
+            Node(
+                name=socket.gethostname() or "localhost",
+                gpus=capacity.gpu_count,
+                cpus=capacity.cpus,
+                memory_mb=capacity.memory_mb,
+                gpu_model=models.pop() if len(models) == 1 else "",
+            )
+        ]
 
     # -- the command a worker runs ---------------------------------------------------
     @staticmethod

@@ -5,7 +5,6 @@ from django.urls import reverse
 
 from accounts import services as account_services
 from jobs import services
-from jobs.admission import Free, Request, first_come_first_served
 from jobs.forms import parse_pairs
 from jobs.models import Job
 from jobs.states import transition
@@ -183,21 +182,8 @@ def test_queued_jobs_say_why_they_wait(owner, project):
     third = services.submit_job(owner, project, command="python x.py", cpus=1)
     admission_pass()
     third.refresh_from_db()
-    assert third.state_reason == f"position 2 in queue (behind job #{small.pk})"
-
-
-def test_gang_admission_is_all_or_nothing():
-    free = Free(cpus=3, memory_mb=10_000, gpu_indices=[0, 1, 2], cpu_slots=[0, 1, 2])
-    admitted, waiting = first_come_first_served(
-        [
-            Request(1, workers=2, gpus=1, cpus=1, memory_mb=100),
-            Request(2, workers=2, gpus=1, cpus=1, memory_mb=100),
-        ],
-        free,
-        "on this machine",
-    )
-    assert admitted == {1: {"gpus": {"0": [0], "1": [1]}, "cpus": {"0": [0], "1": [1]}}}
-    assert waiting == {2: "waiting for 2 GPUs (2 workers): 1 free on this machine"}
+    assert third.state_reason == "waiting for 1 CPU: 0 free on this machine"
+    assert (small.queue_position, Job.objects.get(pk=third.pk).queue_position) == (1, 2)
 
 
 def test_parameters_are_typed():
