@@ -1,6 +1,6 @@
 """From what Kubernetes says about pods and Jobs to what Gantry's services are told.
 
-Two halves:
+The parts:
 
 * `assess_pod(pod)` — a pure reading of a V1Pod: pending (and why), running, or ended
   (and why, in words people understand: an image that cannot be pulled, no node for the
@@ -10,6 +10,12 @@ Two halves:
   `record_worker_status` (or as lost, then `settle_job`), a pending reason as the job's
   reason while it starts. Then whatever belongs to no running attempt is deleted, so a
   failed image pull or a cancelled job leaves nothing running.
+* `check_failed_create` — a Job with no pod: the Job controller's `FailedCreate` events
+  (ResourceQuota, LimitRange, an admission webhook) through
+  `services.report_backend_problem`, so a refused job never stays "starting".
+
+A pod the cluster stops (evicted, drained, preempted: `disrupted`) is a lost worker,
+retried while retries remain, whatever its SIGTERMed executor reports.
 
 `ResourceWatch` lists, then watches from the list's resourceVersion, resumes from the
 last one it saw, and lists again when the API server answers 410 Gone. `manage.py
@@ -23,6 +29,7 @@ The executor reports "started" itself: a running container is not yet a running 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,6 +98,22 @@ def _condition(pod, kind: str):
     return None
 
 
+DISRUPTED_REASONS = ("Evicted", "Preempting")
+
+
+def disrupted(pod) -> str:
+    """Why the cluster stopped the pod (evicted, preempted, drained, node pressure), in
+    words; "" if it did not."""
+    cond = _condition(pod, "DisruptionTarget")
+    if cond is not None and cond.status == "True":
+        why, detail = cond.reason, cond.message
+    elif pod.status and pod.status.reason in DISRUPTED_REASONS:
+        why, detail = pod.status.reason, pod.status.message
+    else:
+        return ""
+    return f"stopped by the cluster ({why}: {(detail or 'no detail').strip()[:300]})"
+
+
 def assess_pod(
     pod, now: datetime | None = None, unschedulable_seconds: int | None = None
 ) -> PodVerdict:
@@ -102,27 +125,28 @@ def assess_pod(
     container = _container(pod)
     state = container.state if container else None
 
+    if state and state.terminated and state.terminated.reason == "OOMKilled":
+        t = state.terminated
+        limit = _memory_limit(pod)
+        return PodVerdict(
+            "failed",
+            f"out of memory: the container went over its memory limit of {limit} "
+            f"and was killed (OOMKilled, exit code {t.exit_code})",
+            t.exit_code,
+        )
+    # Evicted (eviction API, node drain, node pressure) or preempted by the cluster: the
+    # executor inside saw only a SIGTERM, so whatever it exits with, the worker is lost
+    # (retried while retries remain), not failed or cancelled.
+    stopped = disrupted(pod)
+    if stopped:
+        return PodVerdict("lost", stopped)
     if state and state.terminated:
         t = state.terminated
-        if t.reason == "OOMKilled":
-            limit = _memory_limit(pod)
-            return PodVerdict(
-                "failed",
-                f"out of memory: the container went over its memory limit of {limit} "
-                f"and was killed (OOMKilled, exit code {t.exit_code})",
-                t.exit_code,
-            )
         if t.exit_code == 0:
             return PodVerdict("succeeded", "exited with code 0", 0)
         detail = f" ({t.message.strip()[:300]})" if t.message and t.message.strip() else ""
         return PodVerdict("failed", f"exited with code {t.exit_code}{detail}", t.exit_code)
 
-    disruption = _condition(pod, "DisruptionTarget")
-    if disruption is not None and disruption.status == "True":
-        return PodVerdict(
-            "lost",
-            f"Kubernetes stopped the pod ({disruption.reason}: {disruption.message or 'no detail'})",
-        )
     if status and status.phase == "Failed":
         return PodVerdict(
             "lost",
@@ -184,17 +208,8 @@ def vouch(job, rank: int, now: datetime) -> None:
 def note_reason(job, reason: str) -> None:
     """Show why a starting job has not started yet (once per distinct reason)."""
     from jobs import services
-    from jobs.models import Job
-    from jobs.states import JobState
 
-    reason = reason[:500]
-    if (
-        Job.objects.filter(pk=job.pk, state=JobState.STARTING)
-        .exclude(state_reason=reason)
-        .update(state_reason=reason)
-    ):
-        job.state_reason = reason
-        services._note(job, reason)
+    services.report_backend_problem(job, reason, terminal=False)
 
 
 def report_ended(job, rank: int, verdict: PodVerdict) -> None:
@@ -243,6 +258,113 @@ def observe_pod(job, pod, *, now=None, backend=None, ref=None) -> PodVerdict:
             name = m.workload_name(job.pk, job_attempt_of(pod, job.attempt))
             backend.delete_workload(ref, pod.metadata.namespace, name, job.kind)
     return verdict
+
+
+# --- pods the cluster refuses to create ------------------------------------------------
+
+# A LimitRange or an admission webhook refuses the same pod spec every time; a quota
+# refusal (or anything else, e.g. a service account not created yet in a new namespace)
+# may pass once other pods finish, so the job waits with the reason, as for a node.
+PERMANENT_REFUSALS = (
+    ("admission webhook", "an admission webhook denied them"),
+    ("denied the request", "an admission webhook denied them"),
+    ("per Container", "they break the namespace's LimitRange"),
+    ("per Pod", "they break the namespace's LimitRange"),
+    ("LimitRange", "they break the namespace's LimitRange"),
+    ("limit to request ratio", "they break the namespace's LimitRange"),
+)
+
+
+def _event_time(event):
+    return event.first_timestamp or event.event_time or event.last_timestamp
+
+
+def _refusal_message(message: str) -> str:
+    message = re.sub(r"^Error creating:\s*", "", (message or "").strip())
+    return re.sub(r'^pods? "[^"]*" is forbidden:\s*', "", message)[:300]
+
+
+def assess_failed_create(
+    events, now: datetime | None = None, wait_seconds: int | None = None
+) -> PodVerdict | None:
+    """What the Job controller's `FailedCreate` events on a Job say: None when there
+    are none, "waiting" while a possibly passing refusal (quota) is younger than
+    `wait_seconds` (GANTRY_K8S_UNSCHEDULABLE_SECONDS), else "failed"."""
+    now = now or timezone.now()
+    if wait_seconds is None:
+        wait_seconds = settings.GANTRY_K8S_UNSCHEDULABLE_SECONDS
+    refused = [e for e in events if e.reason == "FailedCreate"]
+    if not refused:
+        return None
+    latest = max(refused, key=lambda e: e.last_timestamp or e.event_time or now)
+    first = min((t for t in map(_event_time, refused) if t is not None), default=now)
+    message = _refusal_message(latest.message)
+    for needle, words in PERMANENT_REFUSALS:
+        if needle in (latest.message or ""):
+            return PodVerdict(
+                "failed", f"the cluster refused to create its pods: {words} ({message})"
+            )
+    if "exceeded quota" in message:
+        words = "the namespace's ResourceQuota is used up"
+    else:
+        words = "Kubernetes could not create them"
+    if (now - first).total_seconds() > wait_seconds:
+        minutes = max(1, wait_seconds // 60)
+        return PodVerdict(
+            "failed",
+            f"the cluster refused to create its pods for {minutes} min: {words} ({message})",
+        )
+    return PodVerdict(
+        "waiting", f"waiting: the cluster refuses to create its pods, {words} ({message})"
+    )
+
+
+def check_failed_create(job, backend, ref, namespace: str, name: str, *, now=None):
+    """Look for `FailedCreate` events on the job's Kubernetes Job (it has no pod) and
+    report them: the reason while it may pass, else a failed attempt and the Job
+    deleted. Returns the verdict (None: no refusal, the pods are just not there yet)."""
+    from jobs import services
+
+    conn = backend.connection(ref)
+    selector = f"involvedObject.kind=Job,involvedObject.name={name},reason=FailedCreate"
+    events = conn.core.list_namespaced_event(
+        namespace, field_selector=selector, _request_timeout=conn.timeout
+    ).items
+    verdict = assess_failed_create(events, now)
+    if verdict is None:
+        return None
+    if verdict.status == "waiting":
+        for rank in range(job.workers):
+            vouch(job, rank, now or timezone.now())
+        services.report_backend_problem(job, verdict.reason, terminal=False)
+    else:
+        logger.info("job %s: %s", job.pk, verdict.reason)
+        services.report_backend_problem(job, verdict.reason, terminal=True)
+        backend.delete_workload(ref, namespace, name, job.kind)
+    return verdict
+
+
+def _stopped_by_cluster(backend, ref, k8s_job, message: str) -> str:
+    """Why the cluster stopped a pod of this Kubernetes Job ("" if none was stopped)."""
+    conn = backend.connection(ref)
+    labels = k8s_job.metadata.labels or {}
+    selector = (
+        f"{m.LABEL_JOB}={labels.get(m.LABEL_JOB)},{m.LABEL_ATTEMPT}={labels.get(m.LABEL_ATTEMPT)}"
+    )
+    pods = conn.core.list_namespaced_pod(
+        k8s_job.metadata.namespace, label_selector=selector, _request_timeout=conn.timeout
+    ).items
+    for pod in pods:
+        stopped = disrupted(pod)
+        if stopped:
+            return stopped
+    if "DisruptionTarget" in message:  # the pod is gone already; the Job still says so
+        return f"stopped by the cluster ({message.strip()[:300]})"
+    return ""
+
+
+def _no_pods(status) -> bool:
+    return not status or not (status.active or status.ready or status.succeeded or status.failed)
 
 
 def job_attempt_of(obj, default: int) -> int:
@@ -348,13 +470,28 @@ def on_job_event(backend, ref, event_type: str, k8s_job) -> str:
     for cond in (status.conditions or []) if status else []:
         if cond.type == "Failed" and cond.status == "True":
             reason = f"Kubernetes failed the job ({cond.reason}: {cond.message or 'no detail'})"
+            verdict = PodVerdict("failed", reason)
+            if cond.reason == "PodFailurePolicy":
+                # The podFailurePolicy fails the Job on a disruption too, and an evicted
+                # pod's SIGTERMed executor exits non-zero (matching the exit-code rule
+                # first): the pods say whether the cluster stopped them.
+                stopped = _stopped_by_cluster(backend, ref, k8s_job, cond.message or "")
+                if stopped:
+                    verdict = PodVerdict("lost", stopped)
             pending = JobWorker.objects.filter(job=job).exclude(
                 state__in=("succeeded", "failed", "cancelled", "timed_out", "lost")
             )
             for worker in pending:
-                report_ended(job, worker.rank, PodVerdict("failed", reason))
+                report_ended(job, worker.rank, verdict)
                 job.refresh_from_db()
-            return "failed"
+            return verdict.status
+    if _no_pods(status) and k8s_job.metadata.name:
+        # No pod yet: perhaps the namespace's quota, LimitRange or a webhook refuses them.
+        verdict = check_failed_create(
+            job, backend, ref, k8s_job.metadata.namespace, k8s_job.metadata.name
+        )
+        if verdict is not None:
+            return "refused" if verdict.status == "failed" else "waiting"
     return "ok"
 
 

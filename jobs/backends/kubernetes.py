@@ -556,6 +556,7 @@ class KubernetesBackend(Backend):
         now = timezone.now()
         probes = []
         workload_exists = None
+        refused = None
         for worker in job.worker_set.all():
             pod = by_rank.get(worker.rank)
             if pod is None:
@@ -574,11 +575,17 @@ class KubernetesBackend(Backend):
                         if exc.status != 404:
                             raise
                         workload_exists = False
+                if workload_exists and job.kind != "notebook" and refused is None:
+                    # Quota, LimitRange or a webhook refusing its pods: never "starting"
+                    # forever (the Job controller's FailedCreate events say why).
+                    refused = k8s_watch.check_failed_create(
+                        job, self, ref, namespace, name, now=now
+                    ) or k8s_watch.PodVerdict("pending", "pod not created yet")
                 if workload_exists:
-                    k8s_watch.vouch(job, worker.rank, now)
-                    probes.append(
-                        WorkerProbe(worker.rank, alive=True, detail="pod not created yet")
-                    )
+                    if refused is None or refused.status != "failed":
+                        k8s_watch.vouch(job, worker.rank, now)
+                    detail = refused.reason if refused is not None else "pod not created yet"
+                    probes.append(WorkerProbe(worker.rank, alive=True, detail=detail))
                 else:
                     probes.append(
                         WorkerProbe(

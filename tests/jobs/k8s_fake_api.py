@@ -4,7 +4,8 @@ No Kubernetes cluster can run on the machines these tests run on, so this stands
 for the API server at its HTTP boundary and nothing else: Gantry's backend uses the
 official `kubernetes` client (a kubeconfig pointing here), whose requests, JSON
 (de)serialization and `watch.Watch` streaming all run for real. The fake keeps objects
-in a dict (create / get / list with label selectors / replace / patch / delete), serves
+in a dict (create / get / list with label and field selectors / replace / patch /
+delete; events are objects too, put there by the tests as a controller would), serves
 node lists, and answers watch requests from a script of events, including ERROR 410.
 What it does not do is what a cluster does on its own (scheduling, running containers,
 garbage collection): the tests play that part by scripting watch events.
@@ -28,6 +29,7 @@ COLLECTIONS = {
     "limitranges": ("/api/v1", True),
     "networkpolicies": ("/apis/networking.k8s.io/v1", True),
     "jobs": ("/apis/batch/v1", True),
+    "events": ("/api/v1", True),
 }
 
 
@@ -102,6 +104,21 @@ def _matches(obj: dict, selector: str) -> bool:
     return True
 
 
+def _field(obj: dict, path: str):
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _fields_match(obj: dict, selector: str) -> bool:
+    """fieldSelector equality terms on dotted paths (`involvedObject.name=x,reason=y`)."""
+    for term in filter(None, (selector or "").split(",")):
+        path, _, value = term.partition("=")
+        if str(_field(obj, path) or "") != value:
+            return False
+    return True
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -169,6 +186,7 @@ class _Handler(BaseHTTPRequestHandler):
             for (res, ns, _), obj in sorted(fake.objects.items())
             if res == resource and (namespace is None or ns == namespace)
             and _matches(obj, query.get("labelSelector", ""))
+            and _fields_match(obj, query.get("fieldSelector", ""))
         ]
         self._send(200, {"kind": "List", "apiVersion": "v1",
                          "metadata": {"resourceVersion": str(fake.version)}, "items": items})

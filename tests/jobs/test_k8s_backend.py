@@ -394,3 +394,205 @@ def test_k8s_watch_command_lists_and_reports(kube, owner, project):
     assert "listed 2 resources on 1 cluster(s)" in out.getvalue()
     job.refresh_from_db()
     assert job.state == "failed" and "cannot be pulled" in job.state_reason
+
+
+# --- pods the cluster refuses to create; pods the cluster stops -------------------------
+
+QUOTA_REFUSAL = (
+    'Error creating: pods "gantry-job-{pk}-a1-x7k2p" is forbidden: exceeded quota: gantry-quota, '
+    "requested: requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=0, "
+    "limited: requests.nvidia.com/gpu=3"
+)
+
+
+def stamp(delta=timedelta()):
+    return (datetime.now(UTC) - delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def failed_create(kube, job, message, since):
+    """The Job controller's event on a Job whose pod the API server refused."""
+    name = f"gantry-job-{job.pk}-a{job.attempt}"
+    return kube.put("events", {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{name}.17f3a", "namespace": "gantry-lab-a"},
+        "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "name": name,
+                           "namespace": "gantry-lab-a"},
+        "reason": "FailedCreate", "type": "Warning", "message": message,
+        "source": {"component": "job-controller"},
+        "firstTimestamp": since, "lastTimestamp": stamp(), "count": 3,
+    })
+
+
+def k8s_job_event(kube, job, version, **status):
+    """The batch Job as the API server has it: by default no pod active, none finished."""
+    obj = json.loads(json.dumps(kube.get("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a{job.attempt}")))
+    obj["status"] = {"startTime": stamp(), **status}
+    return event("MODIFIED", obj, version)
+
+
+def job_watch():
+    backend = get_backend()
+    return watches_for(backend, backend.default_cluster())[1]
+
+
+def test_pods_refused_by_the_quota_wait_with_the_reason_then_fail_and_are_deleted(kube, owner, project, settings):
+    settings.GANTRY_K8S_UNSCHEDULABLE_SECONDS = 600
+    job = launch(owner, project, gpus=1)
+    name = f"gantry-job-{job.pk}-a1"
+    refusal = failed_create(kube, job, QUOTA_REFUSAL.format(pk=job.pk), stamp())
+    kube.script_watch("jobs", k8s_job_event(kube, job, 701))
+    watch = job_watch()
+    watch.watch_once()
+    job.refresh_from_db()
+    assert job.state == "starting"
+    detail = ("exceeded quota: gantry-quota, requested: requests.nvidia.com/gpu=4, "
+              "used: requests.nvidia.com/gpu=0, limited: requests.nvidia.com/gpu=3")
+    assert job.state_reason == (
+        f"waiting: the cluster refuses to create its pods, the namespace's ResourceQuota is used up ({detail})"
+    )
+    assert job.events.filter(reason=job.state_reason).count() == 1  # on the timeline, once
+    assert JobWorker.objects.get(job=job).last_heartbeat_at is not None  # vouched for
+    assert kube.get("jobs", "gantry-lab-a", name) is not None  # it may still pass
+    lookups = kube.made("GET", "events")
+    assert lookups and lookups[-1]["query"]["fieldSelector"] == (
+        f"involvedObject.kind=Job,involvedObject.name={name},reason=FailedCreate")
+    # Still refused after GANTRY_K8S_UNSCHEDULABLE_SECONDS: the attempt fails, the Job goes.
+    refusal["firstTimestamp"] = stamp(timedelta(hours=1))
+    kube.script_watch("jobs", k8s_job_event(kube, job, 702))
+    watch.watch_once()
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert job.state_reason == (
+        f"the cluster refused to create its pods for 10 min: the namespace's ResourceQuota is used up ({detail})"
+    )
+    assert kube.get("jobs", "gantry-lab-a", name) is None
+    assert kube.made("DELETE", "jobs")[-1]["name"] == name
+
+
+def test_a_webhook_denial_fails_the_attempt_at_once_through_reconcile(kube, owner, project):
+    job = launch(owner, project, max_retries=1)
+    name = f"gantry-job-{job.pk}-a1"
+    failed_create(kube, job, (
+        f'Error creating: admission webhook "validate.kyverno.svc" denied the request: '
+        f'pods "{name}-x7k2p" must not use images from registry.example.org'), stamp())
+    # No pod and no watcher running: the reconcile task's probe finds the refusal.
+    assert job_services.reconcile_job(job) is None
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2  # a failed attempt, retried as usual
+    assert ("attempt 1 failed (the cluster refused to create its pods: an admission webhook denied "
+            "them (admission webhook \"validate.kyverno.svc\" denied the request") in job.state_reason
+    assert kube.get("jobs", "gantry-lab-a", name) is None
+
+
+def test_a_limitrange_refusal_fails_at_once_from_the_job_watch(kube, owner, project):
+    job = launch(owner, project)
+    failed_create(kube, job, (
+        f'Error creating: pods "gantry-job-{job.pk}-a1-x7k2p" is forbidden: '
+        "maximum cpu usage per Container is 2, but limit is 4"), stamp())
+    kube.script_watch("jobs", k8s_job_event(kube, job, 801))
+    job_watch().watch_once()
+    job.refresh_from_db()
+    assert job.state == "failed"
+    assert job.state_reason == (
+        "the cluster refused to create its pods: they break the namespace's LimitRange "
+        "(maximum cpu usage per Container is 2, but limit is 4)")
+
+
+def test_a_job_whose_pods_exist_does_not_look_up_events(kube, owner, project):
+    job = launch(owner, project)
+    kube.get("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a1")["status"] = {"active": 1}
+    kube.script_watch("jobs", k8s_job_event(kube, job, 901, active=1))
+    job_watch().watch_once()
+    assert not kube.made("GET", "events")
+    job.refresh_from_db()
+    assert job.state == "starting"
+
+
+def running(job):
+    JobWorker.objects.filter(job=job).update(state="running")
+    Job.objects.filter(pk=job.pk).update(state="running")
+    job.refresh_from_db()
+    return job
+
+
+def test_an_evicted_pod_is_lost_and_retried_whatever_its_executor_reports(kube, owner, project):
+    job = running(launch(owner, project, max_retries=1))
+    drained = pod_json(job, phase="Running", state={"running": {}}, deleting=True, conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+         "message": "Eviction API: evicting", "lastTransitionTime": stamp()}])
+    kube.script_watch("pods", event("MODIFIED", drained, 1001))
+    pod_watch(kube).watch_once()
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2
+    assert job.state_reason == (
+        "attempt 1 lost (stopped by the cluster (EvictionByEvictionAPI: Eviction API: evicting)); "
+        "retrying, 2 of 2")
+    # Its executor, SIGTERMed by the drain, reports "cancelled" afterwards: nothing changes.
+    job_services.record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled",
+                                               "exit_code": 143, "reason": "cancelled: executor received SIGTERM"})
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2
+
+
+def test_node_pressure_eviction_of_an_exited_container_is_lost_not_failed(kube, owner, project):
+    job = running(launch(owner, project))
+    evicted = pod_json(job, phase="Failed", state={"terminated": {"reason": "Error", "exitCode": 143}})
+    evicted["status"].update(reason="Evicted", message="The node was low on resource: memory.")
+    kube.script_watch("pods", event("MODIFIED", evicted, 1101))
+    pod_watch(kube).watch_once()
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == (
+        "lost", "stopped by the cluster (Evicted: The node was low on resource: memory.)")
+
+
+def test_the_executors_cancelled_before_the_watcher_sees_the_eviction_is_lost(kube, owner, project):
+    """The executor's report can come first: Gantry asked no one to stop, so it is lost."""
+    job = running(launch(owner, project, max_retries=1))
+    job_services.record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled", "exit_code": 143,
+                                               "reason": "cancelled: executor received SIGTERM"})
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2
+    assert job.state_reason == (
+        "attempt 1 lost (stopped by the cluster (executor received SIGTERM)); retrying, 2 of 2")
+    preempted = pod_json(job, attempt=1, phase="Failed", conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+         "message": "Preempted by pod 1234 on node gpu-1"}])
+    kube.script_watch("pods", event("MODIFIED", preempted, 1201))
+    pod_watch(kube).watch_once()  # the pod of an attempt that is over: no second retry
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2
+
+
+def test_a_job_failed_by_its_pod_failure_policy_after_an_eviction_is_lost(kube, owner, project):
+    """The Job watch may hear first: the evicted executor's exit 143 matched the
+    podFailurePolicy's exit-code rule, but the pod says the cluster stopped it."""
+    job = running(launch(owner, project, max_retries=1))
+    name = f"gantry-job-{job.pk}-a1"
+    drained = pod_json(job, phase="Failed", state={"terminated": {"reason": "Error", "exitCode": 143}},
+                       conditions=[{"type": "DisruptionTarget", "status": "True",
+                                    "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}])
+    kube.put("pods", drained)
+    failed = k8s_job_event(kube, job, 1301, failed=1, conditions=[
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+         "message": f"Container executor for pod gantry-lab-a/{name}-0-x7k2p failed with exit code 143 "
+                    "matching FailJob rule at index 0"}])
+    kube.script_watch("jobs", failed)
+    job_watch().watch_once()
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2
+    assert job.state_reason == (
+        "attempt 1 lost (stopped by the cluster (EvictionByEvictionAPI: Eviction API: evicting)); "
+        "retrying, 2 of 2")
+
+
+def test_a_job_failed_by_its_pod_failure_policy_for_an_exit_code_is_failed(kube, owner, project):
+    job = running(launch(owner, project))
+    name = f"gantry-job-{job.pk}-a1"
+    kube.put("pods", pod_json(job, phase="Failed", state={"terminated": {"reason": "Error", "exitCode": 2}}))
+    message = f"Container executor for pod gantry-lab-a/{name}-0-x7k2p failed with exit code 2 matching FailJob rule at index 0"
+    failed = k8s_job_event(kube, job, 1401, failed=1, conditions=[
+        {"type": "Failed", "status": "True", "reason": "PodFailurePolicy", "message": message}])
+    kube.script_watch("jobs", failed)
+    job_watch().watch_once()
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == ("failed", f"Kubernetes failed the job (PodFailurePolicy: {message})")
