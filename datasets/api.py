@@ -144,6 +144,27 @@ class ArchiveSerializer(serializers.Serializer):
     parent = serializers.CharField(required=False, default="latest")
 
 
+class BucketImportSerializer(serializers.Serializer):
+    prefix = serializers.CharField(max_length=1024, trim_whitespace=False)
+    parent = serializers.CharField(required=False, default="latest")
+
+
+def bucket_import_data(imp) -> dict:
+    return {
+        "id": imp.pk,
+        "dataset": imp.dataset_id,
+        "prefix": imp.prefix,
+        "state": imp.state,
+        "error": imp.error,
+        "files_total": imp.files_total,
+        "files_done": imp.files_done,
+        "bytes_total": imp.bytes_total,
+        "bytes_done": imp.bytes_done,
+        "bytes_copied": imp.bytes_copied,
+        "version": imp.version_id,
+    }
+
+
 class StorageUnavailable(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_detail = "The object store cannot be reached; nothing was changed. Try again shortly."
@@ -172,6 +193,8 @@ class DatasetViewSet(viewsets.ModelViewSet):
         "copy": "dataset.create",
         "from_job": "dataset.create",
         "archive": "dataset.create",
+        "import_prefix": services.BUCKET_IMPORT_ACTION,
+        "bucket_import": "dataset.view",
     }
 
     def get_queryset(self):
@@ -246,6 +269,27 @@ class DatasetViewSet(viewsets.ModelViewSet):
             request.user, dataset, body.validated_data["archive"], body.validated_data["parent"]
         )
         return Response({"id": archive.pk, "state": archive.state}, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=BucketImportSerializer, responses={202: None})
+    @action(detail=True, methods=["post"], url_path="import-prefix")
+    def import_prefix(self, request, pk=None):
+        """Copy the objects under an allowed prefix of the bucket into a new version
+        (maintainers; a background task hashes them and records its progress)."""
+        dataset = self.get_object()
+        body = BucketImportSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        imp = services.start_bucket_import(
+            request.user, dataset, body.validated_data["prefix"], body.validated_data["parent"]
+        )
+        return Response(bucket_import_data(imp), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(responses={200: None})
+    @action(detail=True, methods=["get"], url_path=r"bucket-imports/(?P<import_id>\d+)")
+    def bucket_import(self, request, pk=None, import_id=None):
+        """Progress of a bucket prefix import."""
+        dataset = self.get_object()
+        imp = get_object_or_404(dataset.bucket_imports.all(), pk=import_id)
+        return Response(bucket_import_data(imp))
 
 
 class DatasetVersionViewSet(viewsets.ReadOnlyModelViewSet):

@@ -92,6 +92,7 @@ class VersionSource(models.TextChoices):
     ARCHIVE = "archive", "Archive"
     COPY = "copy", "Copy of a version"
     JOB_OUTPUT = "job_output", "Job output"
+    BUCKET = "bucket", "Copy of a bucket prefix"
 
 
 class DatasetVersionQuerySet(models.QuerySet):
@@ -331,3 +332,41 @@ class ArchiveImport(models.Model):
 
     def __str__(self):
         return self.file_name
+
+
+class BucketImport(models.Model):
+    """Objects under a prefix of the configured bucket, becoming a version in a task."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="bucket_imports")
+    parent = models.ForeignKey(
+        DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    prefix = models.CharField(max_length=1024)
+    state = models.CharField(max_length=16, choices=UploadState.choices, default=UploadState.OPEN)
+    error = models.TextField(blank=True)
+    files_total = models.IntegerField(default=0)
+    files_done = models.IntegerField(default=0)
+    bytes_total = models.BigIntegerField(default=0)
+    bytes_done = models.BigIntegerField(default=0)
+    bytes_copied = models.BigIntegerField(default=0)  # new blobs (the rest were stored already)
+    version = models.OneToOneField(
+        DatasetVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return self.prefix
+
+    @property
+    def tenant(self):
+        return self.dataset.project.tenant
+
+    @property
+    def project(self):
+        return self.dataset.project

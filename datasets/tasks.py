@@ -37,6 +37,10 @@ def extract_archive(import_id: int) -> str:
     return services.extract_archive(import_id).state
 
 
+def import_bucket_prefix(import_id: int) -> str:
+    return services.import_bucket_prefix(import_id).state
+
+
 def cleanup_uploads() -> int:
     return services.cleanup_abandoned_uploads()
 

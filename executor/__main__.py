@@ -70,7 +70,9 @@ def read_token_file(path: str, worker: int) -> str:
 
 
 def _worker_rank(args) -> int:
-    return args.worker if args.worker is not None else int(os.environ.get("GANTRY_WORKER_RANK") or 0)
+    return (
+        args.worker if args.worker is not None else int(os.environ.get("GANTRY_WORKER_RANK") or 0)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

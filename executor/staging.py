@@ -7,12 +7,22 @@ import hashlib
 import http.client
 import os
 import posixpath
+import shutil
+import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .client import Client, GiveUp, HttpError, RetryableError
 
 CHUNK = 1 << 20
+SHA256_HEX = frozenset("0123456789abcdef")
+READ_ONLY_MODE = 0o444
+
+try:  # POSIX only; without it concurrent executors may download a blob twice (still safe)
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 
 class StagingError(Exception):
@@ -83,20 +93,30 @@ def stage_inputs(
     if not isinstance(inputs, list):
         raise StagingError("spec 'inputs' must be a list")
     # Validate every path first so nothing is downloaded for a bad spec.
-    plan: list[tuple[str, str, dict[str, Any]]] = []
+    plan: list[tuple[str, str, dict[str, Any], bool]] = []
     for inp in inputs:
         if not isinstance(inp, dict):
             raise StagingError(f"invalid input entry {inp!r}")
         mount = inp.get("mount", "")
+        read_only = inp.get("read_only", False)
+        if not isinstance(read_only, bool):
+            raise StagingError(f"invalid read_only {read_only!r} in mount {mount!r}: not a boolean")
         files = inp.get("files") or []
         for f in files:
             if not isinstance(f, dict) or not f.get("url"):
                 raise StagingError(f"invalid input file entry {f!r} in mount {mount!r}")
-            plan.append((str(mount), safe_destination(workdir, mount, f.get("path")), f))
-    total = sum(int(f.get("size") or 0) for _, _, f in plan)
+            sha = f.get("sha256")
+            if sha is not None and (
+                not isinstance(sha, str) or len(sha) != 64 or not set(sha.lower()) <= SHA256_HEX
+            ):
+                raise StagingError(f"invalid sha256 {sha!r} for input {f.get('path')!r}")
+            dest = safe_destination(workdir, mount, f.get("path"))
+            plan.append((str(mount), dest, f, read_only))
+    total = sum(int(f.get("size") or 0) for _, _, f, _ in plan)
     log(f"staging {len(plan)} input file(s) ({_human(total)}) into {workdir}")
-    fetched = skipped = 0
-    for mount, dest, f in plan:
+    cache = BlobCache.from_env(log)
+    fetched = skipped = cached = 0
+    for mount, dest, f, read_only in plan:
         if cancelled():
             raise StagingCancelled()
         label = posixpath.join(mount, f["path"]) if mount else f["path"]
@@ -110,14 +130,185 @@ def stage_inputs(
             and _sha256_file(dest) == expected_sha
         ):
             skipped += 1
-            continue
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        _download(client, f["url"], dest, label, expected_size, expected_sha, cancelled, deadline)
-        fetched += 1
+        else:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            hit = None
+            if cache is not None and expected_sha is not None:
+                try:
+                    hit = cache.stage(
+                        expected_sha,
+                        expected_size,
+                        dest,
+                        link=read_only,
+                        fetch=lambda tmp, f=f, label=label, sha=expected_sha, size=expected_size: (
+                            _download(client, f["url"], tmp, label, size, sha, cancelled, deadline)
+                        ),
+                        cancelled=cancelled,
+                    )
+                except OSError as exc:  # a full or unwritable cache must not fail the job
+                    log(f"input cache {cache.root} unusable ({exc}); downloading directly")
+                    cache = None
+            if hit is None:
+                _download(
+                    client, f["url"], dest, label, expected_size, expected_sha, cancelled, deadline
+                )
+            if hit:
+                cached += 1
+            else:
+                fetched += 1
+        if read_only:
+            os.chmod(dest, READ_ONLY_MODE)
     msg = f"staged {len(plan)} input file(s): {fetched} downloaded"
+    if cached:
+        msg += f", {cached} from the cache"
     if skipped:
         msg += f", {skipped} already present"
     log(msg)
+    if cache is not None and fetched:
+        with contextlib.suppress(OSError):
+            cache.evict()
+
+
+class BlobCache:
+    """Per-machine cache of verified input files, keyed by sha256.
+
+    Blobs live at ``<root>/<sha[:2]>/<sha256>``, mode 0444, written only after
+    their size and sha256 were checked, atomically (temp file + rename). A
+    per-blob ``flock`` makes concurrent executors wait for the first download
+    instead of fetching the same blob twice. Read-only inputs are hard-linked
+    into the workdir (copied when the cache is on another filesystem);
+    writable ones are always copied so a job can never alter a cached blob.
+    With ``GANTRY_CACHE_MAX_BYTES`` set, least recently used blobs (by atime,
+    which the cache sets itself on each use) are evicted beyond that size.
+    """
+
+    def __init__(self, root: str, max_bytes: int | None = None) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+
+    @classmethod
+    def from_env(cls, log: Callable[[str], None]) -> BlobCache | None:
+        root = os.environ.get("GANTRY_CACHE_DIR") or os.path.join(
+            os.path.expanduser("~"), ".cache", "gantry", "blobs"
+        )
+        raw = os.environ.get("GANTRY_CACHE_MAX_BYTES") or ""
+        max_bytes = None
+        if raw:
+            try:
+                max_bytes = int(raw)
+            except ValueError:
+                log(f"ignoring GANTRY_CACHE_MAX_BYTES={raw!r}: not an integer")
+        try:
+            os.makedirs(root, exist_ok=True)
+        except OSError as exc:
+            log(f"input cache disabled: cannot create {root}: {exc}")
+            return None
+        return cls(root, max_bytes)
+
+    def path(self, sha: str) -> str:
+        return os.path.join(self.root, sha[:2], sha)
+
+    def _valid(self, blob: str, size: int | None) -> bool:
+        try:
+            st = os.stat(blob)
+        except OSError:
+            return False
+        return size is None or st.st_size == size
+
+    def stage(
+        self,
+        sha: str,
+        size: int | None,
+        dest: str,
+        *,
+        link: bool,
+        fetch: Callable[[str], None],
+        cancelled: Callable[[], bool],
+    ) -> bool:
+        """Put blob ``sha`` at ``dest``; True when it came from the cache."""
+        blob = self.path(sha)
+        hit = self._valid(blob, size)
+        if not hit:
+            os.makedirs(os.path.dirname(blob), exist_ok=True)
+            with self._lock(blob, cancelled):
+                hit = self._valid(blob, size)  # another executor may have fetched it meanwhile
+                if not hit:
+                    fd, tmp = tempfile.mkstemp(
+                        prefix=f".{sha}.", suffix=".part", dir=os.path.dirname(blob)
+                    )
+                    os.close(fd)
+                    try:
+                        fetch(tmp)  # verifies size + sha256, then renames onto tmp
+                        os.chmod(tmp, READ_ONLY_MODE)
+                        os.replace(tmp, blob)
+                    finally:
+                        _unlink(tmp)
+        now = time.time()
+        with contextlib.suppress(OSError):
+            os.utime(blob, (now, os.stat(blob).st_mtime))  # LRU: record the use
+        self._place(blob, dest, link)
+        return hit
+
+    def _place(self, blob: str, dest: str, link: bool) -> None:
+        tmp = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.part")
+        _unlink(tmp)
+        try:
+            linked = False
+            if link:
+                try:
+                    os.link(blob, tmp)
+                    linked = True
+                except OSError:
+                    pass  # other filesystem, or links not supported: copy
+            if not linked:
+                shutil.copyfile(blob, tmp)
+            os.replace(tmp, dest)
+        finally:
+            _unlink(tmp)
+
+    @contextlib.contextmanager
+    def _lock(self, blob: str, cancelled: Callable[[], bool]):  # type: ignore[no-untyped-def]
+        if fcntl is None:  # pragma: no cover
+            yield
+            return
+        fd = os.open(blob + ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if cancelled():
+                        raise StagingCancelled() from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def evict(self) -> None:
+        if not self.max_bytes or self.max_bytes <= 0:
+            return
+        blobs: list[tuple[float, int, str]] = []
+        total = 0
+        for sub in os.scandir(self.root):
+            if not sub.is_dir(follow_symlinks=False):
+                continue
+            for entry in os.scandir(sub.path):
+                name = entry.name
+                if len(name) != 64 or not entry.is_file(follow_symlinks=False):
+                    continue
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    blobs.append((st.st_atime, st.st_size, entry.path))
+                    total += st.st_size
+        blobs.sort()
+        for _, size, path in blobs:
+            if total <= self.max_bytes:
+                break
+            # A job holding a hard link keeps its copy: the inode outlives the name.
+            _unlink(path)
+            _unlink(path + ".lock")
+            total -= size
 
 
 def _download(

@@ -48,7 +48,12 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def start_executor(
-    server: FakeGantry, workdir: Path, *, flush: float = 20, worker: int = 0
+    server: FakeGantry,
+    workdir: Path,
+    *,
+    flush: float = 20,
+    worker: int = 0,
+    cache: Path | None = None,
 ) -> subprocess.Popen[str]:
     cmd = [
         PY,
@@ -65,7 +70,12 @@ def start_executor(
         "--final-flush-seconds",
         str(flush),
     ]
-    env = child_env({"GANTRY_JOB_TOKEN": server.token})
+    env = child_env(
+        {
+            "GANTRY_JOB_TOKEN": server.token,
+            "GANTRY_CACHE_DIR": str(cache or workdir.parent / "cache"),
+        }
+    )
     return subprocess.Popen(
         cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -594,3 +604,140 @@ def test_safe_destination(tmp_path: Path) -> None:
     ]:
         with pytest.raises(StagingError):
             safe_destination(str(tmp_path), mount, path)
+
+
+# --- per-machine input cache and read-only staging ------------------------------------
+
+
+def _dataset_input(server: FakeGantry, files: dict[str, bytes], *, read_only: bool) -> None:
+    entries = []
+    for name, data in files.items():
+        url = server.add_file(name, data)
+        entries.append(
+            {
+                "path": name,
+                "url": url,
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+            }
+        )
+    server.spec["inputs"] = [{"mount": "data/ds", "files": entries, "read_only": read_only}]
+
+
+def _downloads(server: FakeGantry) -> list[str]:
+    with server.lock:
+        return [p for m, p in server.requests if m == "GET" and p.startswith("/files/")]
+
+
+def test_second_job_on_same_version_downloads_nothing(server: FakeGantry, tmp_path: Path) -> None:
+    files = {"a.bin": os.urandom(3000), "b.txt": b"hello\n"}
+    _dataset_input(server, files, read_only=True)
+    server.spec["command"] = [PY, "-c", "print(open('data/ds/b.txt').read().strip())"]
+    cache = tmp_path / "cache"
+    (tmp_path / "w1").mkdir()
+    (tmp_path / "w2").mkdir()
+    code, err = run_job(server, tmp_path / "w1", cache=cache)
+    assert code == 0, err
+    assert sorted(_downloads(server)) == ["/files/a.bin", "/files/b.txt"]
+    for data in files.values():
+        sha = hashlib.sha256(data).hexdigest()
+        blob = cache / sha[:2] / sha
+        assert blob.read_bytes() == data
+        assert (blob.stat().st_mode & 0o777) == 0o444
+    code, err = run_job(server, tmp_path / "w2", cache=cache)
+    assert code == 0, err
+    assert len(_downloads(server)) == 2, "the second job must be served by the cache"
+    staged = tmp_path / "w2" / "data" / "ds" / "a.bin"
+    assert staged.read_bytes() == files["a.bin"]
+    sha = hashlib.sha256(files["a.bin"]).hexdigest()
+    assert staged.stat().st_ino == (cache / sha[:2] / sha).stat().st_ino  # hard link
+    assert any("2 from the cache" in t for t in texts(server.ordered_lines(), "system"))
+    assert not list(cache.rglob("*.part"))
+
+
+def test_concurrent_executors_share_one_download(server: FakeGantry, tmp_path: Path) -> None:
+    data = os.urandom(1 << 20)
+    _dataset_input(server, {"big.bin": data}, read_only=True)
+    server.spec["command"] = [PY, "-c", "pass"]
+    cache = tmp_path / "cache"
+    procs = []
+    for i in range(2):
+        (tmp_path / f"w{i}").mkdir()
+        procs.append(start_executor(server, tmp_path / f"w{i}", cache=cache, worker=i))
+    for proc in procs:
+        code, err = finish(proc)
+        assert code == 0, err
+    assert _downloads(server) == ["/files/big.bin"]
+    for i in range(2):
+        assert (tmp_path / f"w{i}" / "data" / "ds" / "big.bin").read_bytes() == data
+
+
+def test_read_only_inputs_are_0444_and_writable_ones_are_private_copies(
+    server: FakeGantry, tmp_path: Path
+) -> None:
+    data = b"x,y\n"
+    cache = tmp_path / "cache"
+    _dataset_input(server, {"ro.csv": data}, read_only=True)
+    server.spec["command"] = [PY, "-c", "pass"]
+    (tmp_path / "w1").mkdir()
+    code, err = run_job(server, tmp_path / "w1", cache=cache)
+    assert code == 0, err
+    ro = tmp_path / "w1" / "data" / "ds" / "ro.csv"
+    assert (ro.stat().st_mode & 0o777) == 0o444
+
+    _dataset_input(server, {"rw.csv": data}, read_only=False)
+    (tmp_path / "w2").mkdir()
+    code, err = run_job(server, tmp_path / "w2", cache=cache)
+    assert code == 0, err
+    rw = tmp_path / "w2" / "data" / "ds" / "rw.csv"
+    assert rw.stat().st_mode & 0o200, "writable inputs stay writable"
+    sha = hashlib.sha256(data).hexdigest()
+    assert rw.stat().st_ino != (cache / sha[:2] / sha).stat().st_ino
+    rw.write_bytes(b"changed")
+    assert (cache / sha[:2] / sha).read_bytes() == data
+
+
+def test_read_only_must_be_boolean(server: FakeGantry, tmp_path: Path) -> None:
+    _dataset_input(server, {"a": b"a"}, read_only=True)
+    server.spec["inputs"][0]["read_only"] = "yes"
+    code, err = run_job(server, tmp_path)
+    assert code == 65, err
+    assert "read_only" in server.final_status()["reason"]
+
+
+def test_cache_evicts_least_recently_used(tmp_path: Path) -> None:
+    from executor.staging import BlobCache
+
+    cache = BlobCache(str(tmp_path / "c"), max_bytes=250)
+    shas = []
+    for i in range(3):
+        data = bytes([i]) * 100
+        sha = hashlib.sha256(data).hexdigest()
+        shas.append(sha)
+
+        def fetch(tmp: str, data: bytes = data) -> None:
+            Path(tmp).write_bytes(data)
+
+        dest = tmp_path / f"d{i}"
+        assert not cache.stage(sha, 100, str(dest), link=True, fetch=fetch, cancelled=lambda: False)
+        blob = Path(cache.path(sha))
+        os.utime(blob, (1000 + i, blob.stat().st_mtime))  # deterministic use order
+    os.utime(cache.path(shas[0]), (5000, os.stat(cache.path(shas[0])).st_mtime))  # used again
+    cache.evict()
+    assert os.path.exists(cache.path(shas[0]))
+    assert not os.path.exists(cache.path(shas[1]))
+    assert os.path.exists(cache.path(shas[2]))
+    assert (tmp_path / "d1").read_bytes() == bytes([1]) * 100  # the staged link survives
+
+
+def test_unusable_cache_falls_back_to_downloading(server: FakeGantry, tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "cache-file"
+    not_a_dir.write_text("")
+    _dataset_input(server, {"a.txt": b"abc"}, read_only=True)
+    server.spec["command"] = [PY, "-c", "print(open('data/ds/a.txt').read())"]
+    (tmp_path / "w").mkdir()
+    code, err = run_job(server, tmp_path / "w", cache=not_a_dir)
+    assert code == 0, err
+    assert "abc" in texts(server.ordered_lines(), "stdout")
+    assert any("input cache disabled" in t for t in texts(server.ordered_lines(), "system"))
+    assert ((tmp_path / "w" / "data" / "ds" / "a.txt").stat().st_mode & 0o777) == 0o444
