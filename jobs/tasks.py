@@ -117,8 +117,16 @@ def register_schedules(**kwargs) -> None:
 
 
 def on_worker_spawn(**kwargs) -> None:
-    """django-q started a worker process: adopt the executors a previous one left running."""
+    """django-q started a worker process: adopt the executors a previous one left running,
+    then queue an admission pass if jobs wait. A worker killed mid-dispatch leaves jobs
+    admitted (or its queued kicks locked in the broker for `retry` seconds): without this
+    they would wait for the next scheduled pass."""
     try:
         adopt()
     except Exception:
         logger.exception("adopting running jobs failed")
+    try:
+        if Job.objects.filter(state__in=(JobState.QUEUED, JobState.ADMITTED)).exists():
+            kick()
+    except Exception:
+        logger.exception("queueing an admission pass after a worker start failed")
