@@ -143,6 +143,8 @@ if DATABASE_URL:
         _fail("DATABASE_URL", f"{exc}; expected e.g. postgres://user:pass@host:5432/gantry")
     DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # as below: no "database is locked"
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("transaction_mode", "IMMEDIATE")
 else:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -487,5 +489,8 @@ GANTRY_UPLOAD_EXPIRY_HOURS = _get("int", "GANTRY_UPLOAD_EXPIRY_HOURS", 24)
 GANTRY_ARCHIVE_MAX_BYTES = _get("int", "GANTRY_ARCHIVE_MAX_BYTES", 50 * 1024**3)
 GANTRY_ARCHIVE_MAX_FILES = _get("int", "GANTRY_ARCHIVE_MAX_FILES", 200_000)
 GANTRY_ARCHIVE_MAX_RATIO = _get("int", "GANTRY_ARCHIVE_MAX_RATIO", 200)
+# Bucket prefixes (comma-separated) whose objects may be imported as a dataset version;
+# empty turns the feature off.
+GANTRY_DATASET_IMPORT_PREFIXES = _get("str", "GANTRY_DATASET_IMPORT_PREFIXES", "")
 if GANTRY_UPLOAD_PART_MB < 5:
     _fail("GANTRY_UPLOAD_PART_MB", "must be at least 5 (the S3 minimum part size)")

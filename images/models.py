@@ -216,5 +216,24 @@ class JobImage(models.Model):
         return f"{self.job}: {self.reference}@{self.digest or '?'}"
 
     @property
+    def pinned_reference(self) -> str:
+        """registry/repository@digest (what a container backend pulls), else the reference."""
+        if not self.digest:
+            return self.reference
+        from images.reference import InvalidReference, parse_reference
+
+        try:
+            ref = parse_reference(self.reference)
+        except InvalidReference:
+            return self.reference
+        return f"{ref.registry}/{ref.repository}@{self.digest}"
+
+    @property
+    def runtime_note(self) -> str:
+        from images.services import local_runtime_note
+
+        return local_runtime_note(self)
+
+    @property
     def project(self):
         return self.job.project

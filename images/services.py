@@ -288,33 +288,84 @@ def delete_image(actor, image: RuntimeImage, *, from_registry: bool = False) -> 
 # --- jobs -------------------------------------------------------------------------------
 
 
+def images_for_job(user, project):
+    """The images a job in `project` may run in: public ones, and `project`'s tenant's ones
+    that `user` can see (never another tenant's, even for someone in both)."""
+    from django.db.models import Q
+
+    return RuntimeImage.objects.visible_to(user).filter(
+        Q(tenant__isnull=True) | Q(tenant_id=project.tenant_id)
+    )
+
+
+def resolve_for_job(image: RuntimeImage) -> str:
+    """The digest a job submitted now runs with.
+
+    An image in Gantry's registry is resolved again (its tag may have moved); a
+    failure (registry unreachable, tag gone, credentials refused) is an `image`
+    field error, so nothing is submitted with a digest that may be stale. An image
+    elsewhere keeps the digest it was registered with (possibly none).
+    """
+    if not (is_browsable(image) and image.tag):
+        return image.digest
+    try:
+        with registry_client() as client:
+            return client.resolve(image.repository, image.tag)
+    except RegistryError as exc:
+        raise ValidationError(
+            {"image": f"Cannot resolve {image.reference} in the registry: {exc}"}
+        ) from exc
+
+
+def local_runtime_note(record: JobImage) -> str:
+    """On the local backend (no containers) say what a job with an image really ran with."""
+    job = record.job
+    if job.backend != "local":
+        return ""
+    local_env = record.image.local_env if record.image else ""
+    if local_env and job.runtime == local_env:
+        return ""
+    runtime = job.runtime or "Gantry's own Python"
+    return (
+        f"The local backend runs no containers: this job ran with {runtime}, "
+        "not inside the image (give the image a local environment to run with it here)."
+    )
+
+
 @transaction.atomic
 def submit_job_with_image(actor, project, image: RuntimeImage, **spec):
     """Submit a job that runs in `image`, recording the digest it runs with.
 
-    The tag is resolved now (it may have moved since the image was registered); on
-    the local backend an image with a local environment supplies the job's runtime.
+    jobs.services.submit_job(image=…) comes here. The tag is resolved now (it may
+    have moved since the image was registered). On the local backend an image with
+    a local environment supplies the job's runtime (unless the spec names one); an
+    image without one is allowed and runs with the platform interpreter, which the
+    job page and API say (`local_runtime_note`): the digest is still recorded, so
+    the same spec on the Kubernetes backend runs in the image.
     """
     from jobs import services as job_services
     from jobs.backends import get_backend
 
     if not can(actor, "image.view", image):
         raise ValidationError({"image": "No such image."})
-    digest = image.digest
-    if is_browsable(image) and image.tag:
-        try:
-            with registry_client() as client:
-                digest = client.resolve(image.repository, image.tag)
-        except RegistryError as exc:
-            if not digest:
-                raise _registry_failure(exc, "image") from exc
+    if image.tenant_id is not None and image.tenant_id != project.tenant_id:
+        raise ValidationError(
+            {
+                "image": f"“{image.name}” belongs to another tenant; pick a public image or one of "
+                f"{project.tenant}'s."
+            }
+        )
     backend = get_backend()
-    if backend.name == "local" and image.local_env and not spec.get("runtime"):
+    if backend.name == "local" and image.local_env and not (spec.get("runtime") or "").strip():
+        problem = backend.runtime_problem(image.local_env)
+        if problem:
+            raise ValidationError(
+                {"image": f"The image's local environment cannot be used here: {problem}"}
+            )
         spec["runtime"] = image.local_env
+    digest = resolve_for_job(image)
     job = job_services.submit_job(actor, project, **spec)
-    JobImage.objects.create(
-        job=job, image=image, reference=f"{image.registry}/{image.repository}", digest=digest
-    )
+    JobImage.objects.create(job=job, image=image, reference=image.reference, digest=digest)
     return job
 
 

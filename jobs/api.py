@@ -35,6 +35,12 @@ class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.IntegerField(source="project.tenant_id", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     url = serializers.SerializerMethodField()
+    # The image the job runs in (images.JobImage): its id, the reference as submitted
+    # (with the tag) and the digest resolved at submit time; null when it names none.
+    image = serializers.SerializerMethodField()
+    image_reference = serializers.SerializerMethodField()
+    image_digest = serializers.SerializerMethodField()
+    image_note = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -74,11 +80,66 @@ class JobSerializer(serializers.ModelSerializer):
             "queue_position",
             "estimated_start_at",
             "preemptions",
+            "image",
+            "image_reference",
+            "image_digest",
+            "image_note",
         ]
         read_only_fields = fields
 
     def get_url(self, job) -> str:
         return job.get_absolute_url()
+
+    def get_image(self, job) -> int | None:
+        record = getattr(job, "image_record", None)
+        return record.image_id if record else None
+
+    def get_image_reference(self, job) -> str | None:
+        record = getattr(job, "image_record", None)
+        return record.reference if record else None
+
+    def get_image_digest(self, job) -> str | None:
+        record = getattr(job, "image_record", None)
+        return (record.digest or None) if record else None
+
+    def get_image_note(self, job) -> str:
+        """On the local backend: what the job really ran with when not the image's environment."""
+        record = getattr(job, "image_record", None)
+        return record.runtime_note if record else ""
+
+
+class JobListSerializer(JobSerializer):
+    """A job in a list: what a list page or a poller needs, not the whole spec.
+
+    Lists are the hot path (pollers, dashboards); the full spec, parameters,
+    environment and placement come with the job itself (`GET /jobs/<id>/`).
+    """
+
+    class Meta(JobSerializer.Meta):
+        fields = [
+            "id",
+            "url",
+            "tenant",
+            "project",
+            "name",
+            "kind",
+            "state",
+            "state_reason",
+            "created_by",
+            "gpus",
+            "workers",
+            "priority",
+            "attempt",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "queue_position",
+            "estimated_start_at",
+            "image",
+            "image_reference",
+            "image_digest",
+        ]
+        read_only_fields = fields
 
 
 class JobDetailSerializer(JobSerializer):
@@ -109,6 +170,11 @@ class JobSubmitSerializer(serializers.Serializer):
     timeout_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     max_retries = serializers.IntegerField(required=False, min_value=0)
     priority = serializers.IntegerField(required=False)
+    image = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="A runtime image id: public, or of the project's tenant.",
+    )
 
 
 class LogLineSerializer(serializers.Serializer):
@@ -151,7 +217,9 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     }
 
     def get_queryset(self):
-        queryset = Job.objects.visible_to(self.request.user).select_related("project", "created_by")
+        queryset = Job.objects.visible_to(self.request.user).select_related(
+            "project", "created_by", "image_record__image"
+        )
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("worker_set", "events__actor")
         return queryset
@@ -161,6 +229,8 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return JobSubmitSerializer
         if self.action == "retrieve":
             return JobDetailSerializer
+        if self.action == "list":
+            return JobListSerializer
         return JobSerializer
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
@@ -171,6 +241,14 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         project = get_object_for_user(
             request.user, Project, "job.submit", token=request.auth, pk=data.pop("project").pk
         )
+        image_id = data.pop("image", None)
+        if image_id is not None:
+            from images.services import images_for_job
+
+            # Another tenant's private image reads exactly like one that does not exist.
+            data["image"] = images_for_job(request.user, project).filter(pk=image_id).first()
+            if data["image"] is None:
+                raise serializers.ValidationError({"image": ["No such image."]})
         job = services.submit_job(request.user, project, **data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 

@@ -52,9 +52,31 @@ class NotebookJobForm(forms.Form):
         help_text="Path to a Python interpreter or virtualenv on this machine; "
         "blank uses Gantry's own Python.",
     )
+    image = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        empty_label="None (the runtime above)",
+        help_text="The environment to run in; its digest is resolved now and recorded. "
+        "On the local backend an image's local environment is the runtime.",
+    )
     gpus = forms.IntegerField(min_value=0, initial=0, label="GPUs")
     cpus = forms.IntegerField(min_value=1, initial=1, label="CPUs")
     memory_mb = forms.IntegerField(min_value=16, initial=2048, label="Memory (MiB)")
+
+    def __init__(self, *args, user=None, project=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Imported here: jobs does not depend on images at import time.
+        from images.models import RuntimeImage
+        from images.services import images_for_job
+
+        field = self.fields["image"]
+        if user is None or project is None:
+            field.queryset = RuntimeImage.objects.none()
+        else:
+            field.queryset = images_for_job(user, project)
+        field.label_from_instance = lambda image: (
+            f"{image.name} — {image.reference}" + (" (legacy)" if image.legacy else "")
+        )
 
     def spec(self) -> dict:
         data = dict(self.cleaned_data)
@@ -64,7 +86,7 @@ class NotebookJobForm(forms.Form):
 
 class TrainJobForm(NotebookJobForm):
     kind = JobKind.TRAIN
-    field_order = ["name", "command", "runtime", "parameters", "env"]
+    field_order = ["name", "command", "runtime", "image", "parameters", "env"]
 
     command = forms.CharField(
         widget=forms.TextInput(attrs={"placeholder": "python train.py --epochs 3"}),
@@ -117,9 +139,15 @@ FORMS = {
 
 def initial_from_job(job) -> dict:
     """A form's initial data from an existing job (clone-and-edit)."""
+    record = getattr(job, "image_record", None)
+    image = record.image if record else None
+    runtime = job.runtime
+    if image is not None and image.local_env and runtime == image.local_env:
+        runtime = ""  # it came from the image; picking another image must not keep it
     return {
         "name": job.name,
-        "runtime": job.runtime,
+        "runtime": runtime,
+        "image": image.pk if image else None,
         "command": job.command,
         "parameters": format_pairs(job.parameters),
         "env": format_pairs(job.env),

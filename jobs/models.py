@@ -102,6 +102,13 @@ class Job(models.Model):
         return reverse("jobs:job_detail", args=[self.pk])
 
     @property
+    def image_reference(self) -> str:
+        """The image to run in, pinned to its digest (registry/repository@sha256:…), or ""
+        when the job names none (a container backend then uses its default image)."""
+        record = getattr(self, "image_record", None)
+        return record.pinned_reference if record else ""
+
+    @property
     def tenant(self):
         return self.project.tenant
 

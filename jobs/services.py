@@ -211,9 +211,19 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
 
 
 @transaction.atomic
-def submit_job(actor, project, *, cloned_from: Job | None = None, **spec) -> Job:
-    """Queue a job in `project`; admission picks it up within seconds."""
+def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **spec) -> Job:
+    """Queue a job in `project`; admission picks it up within seconds.
+
+    With `image` (an images.RuntimeImage) the images app resolves and records the
+    digest the job runs with (images.services.submit_job_with_image, which calls
+    back here without `image`); imported here, not at module level, so jobs does
+    not depend on images at import time.
+    """
     require(actor, "job.submit", project)
+    if image is not None:
+        from images.services import submit_job_with_image
+
+        return submit_job_with_image(actor, project, image, cloned_from=cloned_from, **spec)
     backend = get_backend()
     clean = validate_spec(spec, backend)
     # Dataset inputs are pinned to a version here, so the job reads exactly what it named.
@@ -256,6 +266,10 @@ def job_spec(job: Job) -> dict[str, Any]:
 def clone_job(actor, job: Job, **overrides) -> Job:
     """A new job from an old one's spec, with `overrides` applied (clone-and-edit)."""
     spec = {**job_spec(job), **overrides}
+    if "image" not in overrides:
+        # The same image (its tag resolved again); none if the image has been deleted.
+        record = getattr(job, "image_record", None)
+        spec["image"] = record.image if record else None
     return submit_job(actor, job.project, cloned_from=job, **spec)
 
 
@@ -276,6 +290,44 @@ def _note(job: Job, reason: str, actor=None) -> None:
         reason=reason[:500],
         actor=actor if getattr(actor, "pk", None) else None,
     )
+
+
+def report_backend_problem(job: Job, reason: str, *, terminal: bool) -> bool:
+    """What a backend learned about a launched job that no executor can report, because
+    none runs yet (the cluster refuses to create its pods, no node takes them).
+
+    `terminal=False`: the job keeps starting and shows `reason` (a timeline entry once
+    per distinct reason). `terminal=True`: the attempt fails with `reason`, retried like
+    any failed attempt while retries remain; the backend deletes what it created.
+    Backends never change a job's state themselves: this is their way to ask.
+    Returns True when something changed."""
+    reason = reason[:500]
+    job.refresh_from_db()
+    if job.state not in states.LAUNCHED:
+        return False
+    if not terminal:
+        changed = (
+            Job.objects.filter(pk=job.pk, state=JobState.STARTING)
+            .exclude(state_reason=reason)
+            .update(state_reason=reason)
+        )
+        if changed:
+            job.state_reason = reason
+            _note(job, reason)
+        return bool(changed)
+    unfinished = JobWorker.objects.filter(job=job).exclude(state__in=WORKER_DONE)
+    if not unfinished.update(state="failed", reason=reason):
+        return False
+    settle_job(job)
+    return True
+
+
+def cluster_stopped_reason(job: Job, reason: str) -> str:
+    """The reason of a worker whose executor was stopped (SIGTERM) by no request of
+    Gantry's: a node drained, a pod evicted or preempted by the cluster, a host shut down."""
+    where = "the cluster" if job.backend == "kubernetes" else "something outside Gantry"
+    detail = reason.removeprefix("cancelled: ").strip() or "no detail"
+    return f"stopped by {where} ({detail})"
 
 
 def cancel_job(actor, job: Job, reason: str | None = None) -> Job:
@@ -371,9 +423,9 @@ def launch_job(job: Job) -> bool:
     holder = device_holder(job)
     if holder is not None:
         reason = f"admitted; starts when job #{holder.pk} has stopped and freed its devices"
-        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).exclude(
+        Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).exclude(state_reason=reason).update(
             state_reason=reason
-        ).update(state_reason=reason)
+        )
         return False
     secret = secrets.token_urlsafe(32)
     placement = dict(job.placement)
@@ -684,13 +736,25 @@ def record_worker_status(job: Job, rank: int, body: dict) -> None:
     if outcome not in ("succeeded", "failed", "cancelled", "timed_out"):
         raise ValueError(f"unknown outcome {outcome!r}")
     code = body.get("exit_code")
+    reason = str(body.get("reason") or outcome)
     with transaction.atomic():
         worker = _locked_worker(job, rank)
         if worker.state in WORKER_DONE:
             return  # a repeated report
+        if outcome == "cancelled":
+            job.refresh_from_db()
+            if (
+                job.state in states.LAUNCHED
+                and job.cancel_requested_at is None
+                and job.preempt_requested_at is None
+            ):
+                # Gantry asked no one to stop (a gang's other workers are stopped only
+                # once the attempt is over): the cluster or the host did. Not a user's
+                # cancel: lost, and retried while retries remain.
+                outcome, reason = "lost", cluster_stopped_reason(job, reason)
         worker.state = outcome
         worker.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
-        worker.reason = str(body.get("reason") or outcome)[:500]
+        worker.reason = reason[:500]
         worker.save(update_fields=["state", "exit_code", "reason"])
     settle_job(job)
 

@@ -61,6 +61,9 @@ class JobSubmitView(ServiceFormView):
     def title(self):
         return f"New {JobKind(self.kind).label.lower()} job"
 
+    def get_form_kwargs(self, project):
+        return {"user": self.request.user, "project": project}
+
     def get_context(self, form, target):
         return {
             **super().get_context(form, target),
@@ -92,7 +95,10 @@ class JobCloneView(ServiceFormView):
         return self._job
 
     def get_form_kwargs(self, job):
-        return {} if self.request.method == "POST" else {"initial": initial_from_job(job)}
+        kwargs = {"user": self.request.user, "project": job.project}
+        if self.request.method != "POST":
+            kwargs["initial"] = initial_from_job(job)
+        return kwargs
 
     def get_context(self, form, job):
         return {
@@ -125,6 +131,7 @@ class JobDetailView(ObjectDetailView):
             "events": job.events.select_related("actor"),
             "artifacts": job.artifacts.all(),
             "log_tail": LOG_TAIL_LINES,
+            "image_record": getattr(job, "image_record", None),
         }
 
     def get(self, request, *args, **kwargs):

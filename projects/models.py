@@ -1,10 +1,10 @@
 from django.conf import settings
 from django.db import models
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts.models import Membership, MembershipSource, Tenant, TenantRole
+from accounts.models import MembershipSource, Tenant, TenantRole
 
 
 class ProjectRole(models.TextChoices):
@@ -30,14 +30,16 @@ class ProjectQuerySet(models.QuerySet):
             return self.none()
         if user.is_superuser:
             return self
-        memberships = Membership.objects.filter(tenant=OuterRef("tenant"), user=user)
+        # The user's roles are read once per request (and cached on the user) by the
+        # permission matrix; plain id lists make a cheap query to build and to run.
+        from projects.permissions import project_roles_of, tenant_roles_of
+
+        roles = tenant_roles_of(user)
+        admin_of = [t for t, role in roles.items() if role in (TenantRole.ADMIN, TenantRole.OWNER)]
         return self.filter(
-            Exists(memberships.filter(role__in=[TenantRole.ADMIN, TenantRole.OWNER]))
-            | (Exists(memberships) & Q(visibility=Visibility.TENANT))
-            | (
-                Exists(memberships)
-                & Exists(ProjectMember.objects.filter(project=OuterRef("pk"), user=user))
-            )
+            Q(tenant_id__in=admin_of)
+            | Q(tenant_id__in=list(roles), visibility=Visibility.TENANT)
+            | Q(tenant_id__in=list(roles), pk__in=list(project_roles_of(user)))
         )
 
 

@@ -68,7 +68,8 @@ MATRIX: dict[str, Rule] = {
 }
 
 
-def _tenant_roles(user) -> dict[int, str]:
+def tenant_roles_of(user) -> dict[int, str]:
+    """{tenant id: role} of the user's memberships."""
     # Cached on the user object, which lives for one request.
     if not hasattr(user, "_gantry_tenant_roles"):
         user._gantry_tenant_roles = dict(
@@ -77,7 +78,8 @@ def _tenant_roles(user) -> dict[int, str]:
     return user._gantry_tenant_roles
 
 
-def _project_roles(user) -> dict[int, str]:
+def project_roles_of(user) -> dict[int, str]:
+    """{project id: role} of the user's explicit project memberships."""
     if not hasattr(user, "_gantry_project_roles"):
         user._gantry_project_roles = dict(
             ProjectMember.objects.filter(user=user).values_list("project_id", "role")
@@ -95,18 +97,18 @@ def forget_roles(user) -> None:
 def tenant_role(user, tenant) -> str | None:
     if not user.is_authenticated:
         return None
-    return _tenant_roles(user).get(tenant.pk)
+    return tenant_roles_of(user).get(tenant.pk)
 
 
 def project_role(user, project) -> str | None:
     if not user.is_authenticated:
         return None
-    t_role = _tenant_roles(user).get(project.tenant_id)
+    t_role = tenant_roles_of(user).get(project.tenant_id)
     if t_role is None:
         return None
     if t_role in (TenantRole.ADMIN, TenantRole.OWNER):
         return ProjectRole.MAINTAINER
-    explicit = _project_roles(user).get(project.pk)
+    explicit = project_roles_of(user).get(project.pk)
     if explicit:
         return explicit
     if project.visibility == Visibility.TENANT:

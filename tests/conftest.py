@@ -14,6 +14,20 @@ from accounts import services as account_services
 from projects import services as project_services
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `postgres` exercise PostgreSQL itself (a restart, say): on the SQLite
+    pass they are deselected, since nothing there could run them."""
+    from django.conf import settings
+
+    if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
+        return
+    keep = [item for item in items if item.get_closest_marker("postgres") is None]
+    deselected = [item for item in items if item.get_closest_marker("postgres") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = keep
+
+
 def service_required(name: str, reachable: bool):
     """Under CI a missing service is a failure, never a skip."""
     if reachable:

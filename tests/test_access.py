@@ -9,6 +9,8 @@ visible -> 404), so a view that checks the wrong thing, or nothing, fails here.
 When a new model appears in a URL, add a builder to OBJECTS below.
 """
 
+import re
+
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from drf_spectacular.generators import SchemaGenerator
@@ -193,7 +195,7 @@ API_OPERATIONS = _api_operations()
 def _api_view(path):
     from django.urls import resolve
 
-    probe = path.replace("{id}", "1")
+    probe = re.sub(r"\{[a-z_]+\}", "1", path)
     match = resolve(probe)
     return match.func, match
 
@@ -250,8 +252,14 @@ def test_every_api_endpoint_answers_by_the_matrix(path, method, role, world, api
     url = path.replace("{id}", str(obj.pk))
     action = actions.get(drf_action) or actions.get("*")
     expected = _expected(user, action, obj, world["users"]["owner"])
+    # A nested sub-resource (e.g. /datasets/{id}/bucket-imports/{import_id}/): none exists,
+    # so the allowed answer is a 404 from the lookup inside the object the user may see.
+    nested = re.findall(r"\{([a-z_]+)\}", url)
+    url = re.sub(r"\{[a-z_]+\}", "999999", url)
     response = getattr(api, method)(url, {}, format="json")
-    if expected == 200:
+    if expected == 200 and nested:
+        assert response.status_code in (400, 404), f"{role} {method.upper()} {url}: {response.status_code}"
+    elif expected == 200:
         # An allowed write with an empty body may succeed or be rejected as invalid, never 403/404/5xx.
         allowed = {
             "get": {200},
@@ -272,7 +280,7 @@ def test_every_api_endpoint_answers_by_the_matrix(path, method, role, world, api
 @pytest.mark.django_db
 def test_anonymous_api_requests_are_refused(client):
     for path, method in API_OPERATIONS:
-        url = path.replace("{id}", "1")
+        url = re.sub(r"\{[a-z_]+\}", "1", path)
         response = getattr(client, method)(url)
         assert response.status_code in (401, 403), (
             f"{method.upper()} {path} answered {response.status_code} to nobody"

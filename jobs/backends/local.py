@@ -361,6 +361,7 @@ class LocalBackend(Backend):
                 **base_env,
                 "GANTRY_JOB_TOKEN": token_for_rank(worker.rank),
                 "GANTRY_FINAL_FLUSH_SECONDS": str(settings.GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS),
+                "GANTRY_CACHE_DIR": str(Path(settings.DATA_DIR) / "cache" / "blobs"),
             }
             argv = [
                 sys.executable,
