@@ -141,7 +141,11 @@ if DATABASE_URL:
         DATABASES = {"default": env.db_url_config(DATABASE_URL)}
     except (ValueError, KeyError, environ.ImproperlyConfigured) as exc:
         _fail("DATABASE_URL", f"{exc}; expected e.g. postgres://user:pass@host:5432/gantry")
-    DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
+    # Gantry is served over ASGI, where every request's sync code runs in a thread of its
+    # own: a persistent connection (CONN_MAX_AGE > 0) stays with that thread and is never
+    # reused or closed, until PostgreSQL answers "too many clients" (the load benchmark
+    # found this at 50 users). So connections close at the end of each request by default.
+    DATABASES["default"]["CONN_MAX_AGE"] = _get("int", "DATABASE_CONN_MAX_AGE", 0)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # as below: no "database is locked"
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault("transaction_mode", "IMMEDIATE")
