@@ -7,6 +7,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from accounts import services
 from accounts.filters import ApiTokenFilterSet, MembershipFilterSet, TenantFilterSet
 from accounts.models import ApiToken, Membership, Tenant, TenantRole, TokenScope
+from core.api import VisibleRelatedField
 from projects.models import Project
 from projects.permissions import get_object_for_user
 
@@ -23,7 +24,7 @@ class TenantSerializer(serializers.ModelSerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
+    tenant = VisibleRelatedField(queryset=Tenant.objects.all())
     user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
     role = serializers.ChoiceField(choices=TenantRole.choices, default=TenantRole.MEMBER)
 
@@ -42,9 +43,7 @@ class MembershipUpdateSerializer(serializers.ModelSerializer):
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
-    project = serializers.PrimaryKeyRelatedField(
-        queryset=Project.objects.all(), required=False, allow_null=True
-    )
+    project = VisibleRelatedField(queryset=Project.objects.all(), required=False, allow_null=True)
     status = serializers.CharField(read_only=True)
 
     class Meta:

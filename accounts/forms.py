@@ -41,7 +41,7 @@ class TenantForm(SlugFromNameMixin, forms.ModelForm):
 
 
 class MemberAddForm(forms.Form):
-    user = forms.CharField(label="Username or email")
+    user = forms.CharField(label="Username or email", max_length=254)  # an email's limit
     role = forms.ChoiceField(choices=TenantRole.choices, initial=TenantRole.MEMBER)
 
     def clean_user(self):

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import ValidationError
 from django.db.models import Count
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -229,12 +230,17 @@ class SwitchTenantView(LoginRequiredMixin, View):
     def post(self, request):
         tenant_id = request.POST.get("tenant")
         if tenant_id:
+            if not (tenant_id.isascii() and tenant_id.isdigit()):
+                raise Http404("No such tenant.")
             tenant = get_object_or_404(Tenant.objects.visible_to(request.user), pk=tenant_id)
             request.session["tenant_id"] = tenant.pk
         else:
             request.session.pop("tenant_id", None)
         next_url = request.POST.get("next", "")
-        if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
+        # A path on this site only: redirect() would read anything else as a view name.
+        if not next_url.startswith("/") or not url_has_allowed_host_and_scheme(
+            next_url, {request.get_host()}, request.is_secure()
+        ):
             next_url = reverse("home")
         return redirect(next_url)
 

@@ -320,6 +320,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["core.api.MatrixPermission"],
     "DEFAULT_PAGINATION_CLASS": "core.api.Pagination",
+    # DRF's, refusing text no field could store and JSON that would crash later.
+    "DEFAULT_PARSER_CLASSES": [
+        "core.parsers.JSONParser",
+        "core.parsers.FormParser",
+        "core.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -427,6 +433,8 @@ GANTRY_LOCAL_MEMORY_MB = _get("int", "GANTRY_LOCAL_MEMORY_MB", 0)
 # CUDA_VISIBLE_DEVICES. Tests set it with the `settings` fixture.
 GANTRY_LOCAL_FAKE_GPUS = 0
 GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
+# How often an open live-log socket re-checks that its user may still see the job.
+GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
 GANTRY_JOB_GRACE_SECONDS = _get("int", "GANTRY_JOB_GRACE_SECONDS", 10)
 GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = _get("int", "GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS", 300)

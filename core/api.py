@@ -1,10 +1,13 @@
-"""Shared pieces of the DRF API: the matrix-driven permission class, pagination, errors."""
+"""Shared pieces of the DRF API: the matrix-driven permission class, pagination, errors,
+and the related-id field every write serializer uses."""
 
+from django.core import exceptions as request_errors
+from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import exceptions, pagination, permissions
+from rest_framework import exceptions, pagination, permissions, serializers
 
 from projects.permissions import AUTHENTICATED, MATRIX_VIEW_OF, can
 
@@ -37,6 +40,31 @@ class Pagination(pagination.PageNumberPagination):
             elif parameter["name"] == self.page_query_param:
                 parameter["schema"] = {"type": "integer", "minimum": 1}
         return parameters
+
+
+class VisibleRelatedField(serializers.PrimaryKeyRelatedField):
+    """A related id looked up among the rows the requesting user may see (`visible_to`).
+
+    Another tenant's id then answers exactly like one that does not exist (the same
+    400, the same message), so ids cannot be probed for existence. Whether the user
+    may act on a visible row is still the view's `get_object_for_user` check (403).
+    The serializer needs the request in its context; without one it refuses to guess.
+    """
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        if request is None:
+            raise ImproperlyConfigured(
+                f"{type(self.parent).__name__}.{self.field_name} needs the request in the "
+                "serializer context (context={'request': request})."
+            )
+        return super().get_queryset().visible_to(request.user)
+
+    def to_internal_value(self, data):
+        # int() reads 1.5 as 1 (and True as 1): an id is a whole number.
+        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        return super().to_internal_value(data)
 
 
 class MatrixPermission(permissions.BasePermission):
@@ -85,12 +113,24 @@ def api_not_found(request, *args, **kwargs):
     return JsonResponse({"detail": "No such API endpoint."}, status=404)
 
 
+class RequestTooLarge(exceptions.APIException):
+    status_code = 413
+    default_detail = "The request body is larger than this server accepts."
+    default_code = "too_large"
+
+
 def exception_handler(exc, context):
-    """Django's own ValidationError and PermissionDenied (raised by services) become 400 and 403."""
+    """Django's own ValidationError and PermissionDenied (raised by services) become 400 and
+    403; a body Django refuses to read (too large, too many fields) a 413 or 400 in JSON,
+    not Django's HTML error page."""
     # Imported here: rest_framework.views reads this module's settings while it loads.
     from rest_framework.views import exception_handler as drf_exception_handler
 
-    if isinstance(exc, DjangoValidationError):
+    if isinstance(exc, request_errors.RequestDataTooBig):
+        exc = RequestTooLarge()
+    elif isinstance(exc, request_errors.TooManyFieldsSent | request_errors.TooManyFilesSent):
+        exc = exceptions.ParseError(str(exc))
+    elif isinstance(exc, DjangoValidationError):
         if hasattr(exc, "message_dict"):
             exc = exceptions.ValidationError(exc.message_dict)
         else:

@@ -22,6 +22,8 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
+from core.api import VisibleRelatedField
+from core.parsers import JSONParser
 from datasets import downloads, services
 from datasets.filters import DatasetFilterSet
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession
@@ -30,7 +32,7 @@ from projects.permissions import get_object_for_user
 
 
 class DatasetSerializer(serializers.ModelSerializer):
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
+    project = VisibleRelatedField(queryset=Project.objects.all())
     tenant = serializers.IntegerField(source="project.tenant_id", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     tags = serializers.ListField(child=serializers.CharField(max_length=50), required=False)
@@ -258,7 +260,7 @@ class DatasetViewSet(viewsets.ModelViewSet):
     @action(
         detail=True,
         methods=["post"],
-        parser_classes=[parsers.MultiPartParser, parsers.FormParser, parsers.JSONParser],
+        parser_classes=[parsers.MultiPartParser, parsers.FormParser, JSONParser],
     )
     def archive(self, request, pk=None):
         """Upload a zip / tar / tar.gz; a background task unpacks it into a new version."""

@@ -868,6 +868,7 @@ def start_archive_import(actor, dataset: Dataset, upload, parent="latest") -> Ar
     if not name.lower().endswith(ARCHIVE_SUFFIXES):
         raise ValidationError({"archive": "Upload a .zip, .tar, .tar.gz or .tgz file."})
     _check_quota(dataset.project.tenant, upload.size)
+    _check_archive(upload, name)
     key = f"archives/{uuid.uuid4().hex}/archive"
     saved = default_storage.save(key, upload)
     with transaction.atomic():
@@ -899,8 +900,30 @@ def _archive_member_path(name: str) -> str:
         raise ArchiveRefused(" ".join(exc.messages)) from None
 
 
-def _iter_archive(path: str, compressed_size: int):
-    """(relative path, size, open stream) of each regular file, refusing anything unsafe."""
+def _check_archive(upload, name: str) -> None:
+    """Refuse an unsafe archive while its uploader still waits for the answer, with the
+    unpacking task's own checks (names, links, file count, sizes), reading headers only."""
+    seen: set[str] = set()
+    try:
+        for rel, _, stream in _iter_archive(upload, upload.size):
+            stream.close()
+            if rel in seen:
+                raise ArchiveRefused(f"{rel!r} appears twice.")
+            seen.add(rel)
+        if not seen:
+            raise ArchiveRefused("The archive holds no files.")
+        _check_tree(seen)
+    except ValidationError as exc:
+        raise ValidationError({"archive": f"{name}: {' '.join(exc.messages)}"}) from None
+    except (ArchiveRefused, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+        raise ValidationError({"archive": f"{name}: {exc}"}) from None
+    finally:
+        upload.seek(0)
+
+
+def _iter_archive(source, compressed_size: int):
+    """(relative path, size, open stream) of each regular file, refusing anything unsafe.
+    `source` is a path or an open file."""
     max_files = settings.GANTRY_ARCHIVE_MAX_FILES
     max_bytes = settings.GANTRY_ARCHIVE_MAX_BYTES
     ratio = settings.GANTRY_ARCHIVE_MAX_RATIO
@@ -919,20 +942,29 @@ def _iter_archive(path: str, compressed_size: int):
                 f"Unpacks to more than {ratio} times its size: refused as a possible archive bomb."
             )
 
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as zf:
+    if zipfile.is_zipfile(source):
+        with zipfile.ZipFile(source) as zf:
             for info in zf.infolist():
                 mode = info.external_attr >> 16
                 if stat.S_ISLNK(mode):
                     raise ArchiveRefused(f"{info.filename!r} is a link; links are not allowed.")
                 if info.is_dir():
                     continue
+                if info.flag_bits & 0x1:
+                    raise ArchiveRefused(f"{info.filename!r} is encrypted.")
                 rel = _archive_member_path(info.filename)
                 account(info.file_size)
-                yield rel, info.file_size, zf.open(info)
+                try:
+                    member = zf.open(info)
+                except NotImplementedError as exc:  # a compression method zipfile lacks
+                    raise ArchiveRefused(f"{info.filename!r}: {exc}") from None
+                yield rel, info.file_size, member
         return
+    if not isinstance(source, str):
+        source.seek(0)  # is_zipfile left it at the end
+    where = {"name": source} if isinstance(source, str) else {"fileobj": source}
     try:
-        tf = tarfile.open(path, mode="r:*")  # noqa: SIM115 (closed by the with below)
+        tf = tarfile.open(mode="r:*", **where)  # noqa: SIM115 (closed by the with below)
     except tarfile.TarError as exc:
         raise ArchiveRefused(f"Not a zip or tar archive ({exc}).") from None
     with tf:
@@ -1196,6 +1228,14 @@ def save_job_outputs(actor, job, dataset: Dataset, message: str = "") -> Dataset
     )
 
 
+def _whole(value: Any) -> int:
+    """An id or number as a JSON body gives it: a whole number (or its digits), never
+    true (which int() reads as 1) or 1.5 (which it reads as 1)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"not a whole number: {value!r:.50}")
+    return int(value)
+
+
 def clean_job_inputs(actor, project, inputs: list) -> list:
     """Resolve dataset entries of a job's `inputs` to pinned versions.
 
@@ -1210,18 +1250,18 @@ def clean_job_inputs(actor, project, inputs: list) -> list:
         if not isinstance(entry, dict):
             raise ValidationError({"inputs": f"Each input is an object, not {entry!r:.50}."})
         if "dataset" not in entry and "dataset_version" not in entry:
-            cleaned.append(entry)
+            cleaned.append(_clean_listed_input(entry))
             continue
         versions = DatasetVersion.objects.visible_to(actor).select_related("dataset__project")
         try:
             if "dataset_version" in entry:
-                version = versions.filter(pk=int(entry["dataset_version"])).first()
+                version = versions.filter(pk=_whole(entry["dataset_version"])).first()
             else:
                 ref = entry["dataset"]
                 datasets = Dataset.objects.visible_to(actor)
                 ds = (
                     datasets.filter(pk=ref).first()
-                    if isinstance(ref, int)
+                    if isinstance(ref, int) and not isinstance(ref, bool)
                     else datasets.filter(project=project, slug=str(ref)).first()
                 )
                 number = entry.get("version", "latest")
@@ -1230,7 +1270,7 @@ def clean_job_inputs(actor, project, inputs: list) -> list:
                 elif number in (None, "", "latest"):
                     version = versions.filter(dataset=ds).order_by("-number").first()
                 else:
-                    version = versions.filter(dataset=ds, number=int(number)).first()
+                    version = versions.filter(dataset=ds, number=_whole(number)).first()
         except (TypeError, ValueError):
             raise ValidationError({"inputs": f"Cannot read the input {entry!r:.100}."}) from None
         if (
@@ -1256,6 +1296,39 @@ def clean_job_inputs(actor, project, inputs: list) -> list:
             }
         )
     return cleaned
+
+
+def _staging_parts(value: Any) -> list[str]:
+    """The segments of a mount or listed file path, by executor/staging.py's rules."""
+    if (
+        not isinstance(value, str)
+        or "\x00" in value
+        or "\\" in value
+        or value.startswith("/")
+        or value[1:2] == ":"
+    ):
+        raise ValidationError({"inputs": f"{value!r:.100}: not a path inside the job's folder."})
+    parts = [p for p in value.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValidationError({"inputs": f"{value!r:.100}: not a path inside the job's folder."})
+    return parts
+
+
+def _clean_listed_input(entry: dict) -> dict:
+    """An input that lists its files (a model version's, from modelhub's predict): refused
+    here, at submit, where the executor would refuse to stage it, rather than accepted
+    and failed when the job starts."""
+    files = entry.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+        raise ValidationError(
+            {"inputs": f"An input names a dataset or lists its files: {entry!r:.100}."}
+        )
+    mount = _staging_parts(entry.get("mount", ""))
+    for f in files:
+        parts = mount + _staging_parts(f.get("path"))
+        if len(parts) == len(mount) or parts[0] == ".gantry":
+            raise ValidationError({"inputs": f"{f.get('path')!r:.100}: not a usable file path."})
+    return entry
 
 
 def inputs_for_executor(job) -> list:

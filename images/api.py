@@ -6,6 +6,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from accounts.models import Tenant
+from core.api import VisibleRelatedField
 from images import services
 from images.filters import RuntimeImageFilterSet
 from images.models import Framework, ImageBuild, RuntimeImage
@@ -41,7 +42,7 @@ class RuntimeImageSerializer(serializers.ModelSerializer):
 
 
 class RuntimeImageCreateSerializer(serializers.Serializer):
-    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
+    tenant = VisibleRelatedField(queryset=Tenant.objects.all())
     name = serializers.CharField(max_length=200)
     reference = serializers.CharField(max_length=500)
     framework = serializers.ChoiceField(choices=Framework.choices, default=Framework.CUSTOM)
@@ -98,8 +99,8 @@ class ImageBuildSerializer(serializers.ModelSerializer):
 
 
 class ImageBuildCreateSerializer(serializers.Serializer):
-    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
-    base = serializers.PrimaryKeyRelatedField(queryset=RuntimeImage.objects.all())
+    tenant = VisibleRelatedField(queryset=Tenant.objects.all())
+    base = VisibleRelatedField(queryset=RuntimeImage.objects.all())
     name = serializers.CharField(max_length=200)
     tag = serializers.CharField(required=False, allow_blank=True, max_length=128)
     requirements = serializers.CharField(required=False, allow_blank=True)
@@ -138,7 +139,7 @@ class RuntimeImageViewSet(
 
     @extend_schema(request=RuntimeImageCreateSerializer, responses={201: RuntimeImageSerializer})
     def create(self, request, *args, **kwargs):
-        serializer = RuntimeImageCreateSerializer(data=request.data)
+        serializer = RuntimeImageCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         tenant = get_object_for_user(
@@ -200,7 +201,7 @@ class ImageBuildViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=ImageBuildCreateSerializer, responses={201: ImageBuildSerializer})
     def create(self, request, *args, **kwargs):
-        serializer = ImageBuildCreateSerializer(data=request.data)
+        serializer = ImageBuildCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         tenant = get_object_for_user(

@@ -8,6 +8,7 @@ and the API answer 400 with a readable reason and nothing is half-written.
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from typing import Any
 
@@ -402,6 +403,14 @@ def clean_requirements(text: str) -> list[str]:
     return lines
 
 
+def _size_of(upload) -> int:
+    size = getattr(upload, "size", None)
+    if size is None:
+        size = upload.seek(0, io.SEEK_END)
+        upload.seek(0)
+    return size
+
+
 @transaction.atomic
 def start_build(
     actor,
@@ -443,10 +452,13 @@ def start_build(
     target = parse(f"{registry_host()}/{repository}:{tag}", "tag")
     seen = set()
     cleaned = []
-    for path, _ in files:
+    for path, upload in files:
         clean = _clean_image_path(path)
         if clean in seen:
             raise ValidationError({"files": f"{clean} is given twice."})
+        # Every file is checked before any is stored: a refusal leaves nothing behind.
+        if _size_of(upload) > MAX_BUILD_FILE_BYTES:
+            raise ValidationError({"files": f"{clean} is larger than 50 MB."})
         seen.add(clean)
         cleaned.append(clean)
     build = ImageBuild.objects.create(
@@ -460,8 +472,6 @@ def start_build(
     stored = []
     for clean, (_, upload) in zip(cleaned, files, strict=True):
         data = upload.read()
-        if len(data) > MAX_BUILD_FILE_BYTES:
-            raise ValidationError({"files": f"{clean} is larger than 50 MB."})
         saved = default_storage.save(f"images/builds/{build.pk}/{len(stored)}", ContentFile(data))
         stored.append(
             {

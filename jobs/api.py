@@ -8,6 +8,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.api import VisibleRelatedField
 from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
@@ -154,7 +155,7 @@ class JobDetailSerializer(JobSerializer):
 class JobSubmitSerializer(serializers.Serializer):
     """What a submit takes; jobs.services.validate_spec does the real checking."""
 
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
+    project = VisibleRelatedField(queryset=Project.objects.all())
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
     kind = serializers.ChoiceField(choices=JobKind.choices, default=JobKind.TRAIN)
     runtime = serializers.CharField(required=False, allow_blank=True, max_length=500)
@@ -235,7 +236,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobSerializer})
     def create(self, request, *args, **kwargs):
-        serializer = JobSubmitSerializer(data=request.data)
+        serializer = JobSubmitSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         project = get_object_for_user(

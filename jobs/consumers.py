@@ -23,7 +23,14 @@ Protocol, server to client (JSON):
 Query: `worker` = a rank or `all` (default); `after` = a seq (for every selected worker)
 or `0:120,1:98` per rank (absent: the recent tail); `metrics_after` likewise (absent: all
 points, at most METRIC_BACKFILL_MAX); `events_after` = the last timeline event the page has.
-Close codes: 4401 not signed in, 4404 no such job (or not yours), 4400 bad query.
+Close codes: 4401 not signed in, 4404 no such job (or not yours), 4400 bad query;
+on an open socket, 4401 signed out (logout, deactivation, a password change) and 4403
+no longer allowed to watch (removed from the project or tenant, the project made private).
+
+Access is checked at connect and again before anything is forwarded, at most every
+GANTRY_WS_RECHECK_SECONDS (default 10): the user held in the scope caches its roles
+for the socket's whole life, so the re-check reads fresh rows. A user who loses access
+may still receive up to that many seconds of lines; an idle socket costs no queries.
 """
 
 from __future__ import annotations
@@ -32,12 +39,17 @@ import asyncio
 import heapq
 import json
 import logging
+import time
+from importlib import import_module
+from types import SimpleNamespace
 from urllib.parse import parse_qs
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
@@ -56,6 +68,7 @@ POLL_SECONDS = 2.0
 
 CLOSE_BAD_QUERY = 4400
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 
 
@@ -233,6 +246,38 @@ def last_event_id(job: Job) -> int:
     return job.events.order_by("-pk").values_list("pk", flat=True).first() or 0
 
 
+class _SessionCopy(dict):
+    """A session's data for `django.contrib.auth.get_user` to read: what it would write
+    back (a flush on a bad hash, a new key on a fallback secret) stays in the copy."""
+
+    def flush(self):
+        self.clear()
+
+    def cycle_key(self):
+        pass
+
+
+def lost_access(scope, check) -> int | None:
+    """The close code for a socket whose user may no longer use it, else None.
+
+    The connect-time checks again on fresh rows: the session still signs in the same
+    active user (Django's own rules: logout, expiry, deactivation, a changed password),
+    and `check(user)` (the socket's own permission lookup) raises neither Http404 nor
+    PermissionDenied. The notebook proxy's sockets ask the same.
+    """
+    held = scope["user"]
+    session_key = scope["session"].session_key if "session" in scope else None
+    data = import_module(settings.SESSION_ENGINE).SessionStore(session_key).load()
+    user = get_user(SimpleNamespace(session=_SessionCopy(data)))
+    if not (user.is_authenticated and user.is_active and user.pk == held.pk):
+        return CLOSE_UNAUTHENTICATED
+    try:
+        check(user)
+    except (Http404, PermissionDenied):
+        return CLOSE_FORBIDDEN
+    return None
+
+
 # --- the consumer -------------------------------------------------------------------------
 
 
@@ -241,6 +286,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
 
     job: Job | None = None
     poller: asyncio.Task | None = None
+    closing = False
 
     async def connect(self):
         # Accept before closing, so the browser sees the close code (a refused
@@ -258,6 +304,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
         except (Http404, PermissionDenied, ValueError):
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        self.checked_at = time.monotonic()
         try:
             await self.parse_query()
         except ValueError as exc:
@@ -309,6 +356,28 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content, **kwargs):
         pass  # the client only listens
 
+    async def access_lost(self) -> bool:
+        """Before forwarding: may the user still watch? When not, leave and close (4401/4403).
+
+        Asked of the database at most every GANTRY_WS_RECHECK_SECONDS.
+        """
+        if self.closing:
+            return True
+        interval = settings.GANTRY_WS_RECHECK_SECONDS
+        if time.monotonic() - self.checked_at < interval:
+            return False
+        self.checked_at = time.monotonic()
+        pk = self.job.pk
+        code = await database_sync_to_async(lost_access)(
+            self.scope, lambda user: get_object_for_user(user, Job, "job.view", pk=pk)
+        )
+        if code is None or self.closing:
+            return self.closing
+        self.closing = True
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+        await self.close(code=code)
+        return True
+
     # -- backfill --------------------------------------------------------------------
 
     async def send_backlog(self, after: dict[int, int] | None, workers=None):
@@ -348,6 +417,8 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
         if w not in self.log_cursor:
             return
         async with self.lock:
+            if await self.access_lost():
+                return
             if event["last"] <= self.log_cursor[w]:
                 return  # the backfill or the poll already sent these
             if event["first"] > self.log_cursor[w] + 1:
@@ -370,6 +441,8 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
         if w not in self.metric_cursor:
             return
         async with self.lock:
+            if await self.access_lost():
+                return
             points = event["points"]
             if points and points[0]["seq"] > self.metric_cursor[w] + 1:
                 await self.send_points({w: self.metric_cursor[w]})
@@ -380,6 +453,8 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
 
     async def job_status(self, event):
         async with self.lock:
+            if await self.access_lost():
+                return
             events = [e for e in event["events"] if e["id"] > self.events_after]
             if events:  # else the poll already brought it: a late message must not go back
                 await self.apply_status(event["state"], event["reason"], events)
@@ -396,7 +471,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
 
     async def poll(self):
         try:
-            while True:
+            while not self.closing:
                 # A finished job changes rarely (late log lines, a retry): look less often.
                 await asyncio.sleep(POLL_SECONDS * (5 if self.state in TERMINAL else 1))
                 await self.poll_once()
@@ -410,15 +485,17 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
             state, reason, events, seqs = await database_sync_to_async(job_snapshot)(
                 self.job.pk, self.workers, self.events_after
             )
-            await self.apply_status(state, reason, events)
             # Stored but not sent, twice in a row: no message is coming for it.
             lag_lines = {w: s[0] for w, s in seqs.items() if s[0] > self.log_cursor[w]}
-            stuck = [w for w, s in lag_lines.items() if self.behind["lines"].get(w, 0) > 0]
-            if stuck:
-                await self.send_backlog(dict(self.log_cursor), workers=stuck)
-            self.behind["lines"] = lag_lines
+            stuck_lines = [w for w in lag_lines if self.behind["lines"].get(w, 0) > 0]
             lag_points = {w: s[1] for w, s in seqs.items() if s[1] > self.metric_cursor[w]}
-            stuck = [w for w in lag_points if self.behind["metrics"].get(w, 0) > 0]
-            if stuck:
-                await self.send_points({w: self.metric_cursor[w] for w in stuck})
-            self.behind["metrics"] = lag_points
+            stuck_points = [w for w in lag_points if self.behind["metrics"].get(w, 0) > 0]
+            self.behind = {"lines": lag_lines, "metrics": lag_points}
+            news = events or (state, reason) != (self.state, self.reason)
+            if (news or stuck_lines or stuck_points) and await self.access_lost():
+                return
+            await self.apply_status(state, reason, events)
+            if stuck_lines:
+                await self.send_backlog(dict(self.log_cursor), workers=stuck_lines)
+            if stuck_points:
+                await self.send_points({w: self.metric_cursor[w] for w in stuck_points})

@@ -9,14 +9,15 @@ not exist. They are left out of the public API schema on purpose.
 
 from __future__ import annotations
 
-import json
 from functools import wraps
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
+from core.parsers import Unreadable, loads
 from jobs import services
 
 
@@ -55,9 +56,12 @@ def executor_view(*methods):
 
 def _json_body(request, rank: int) -> dict | JsonResponse:
     try:
-        body = json.loads(request.body or b"{}")
-    except ValueError:
-        return _bad("The body is not JSON.")
+        # Log text may hold NUL (programs print it); nothing else parsers.loads refuses.
+        body = loads(request.body or b"{}", nul=True)
+    except RequestDataTooBig:
+        return JsonResponse({"detail": "The body is too large; send smaller batches."}, status=413)
+    except Unreadable as exc:
+        return _bad(f"The body is not usable JSON: {exc}")
     if not isinstance(body, dict):
         return _bad("The body must be a JSON object.")
     worker = body.get("worker", rank)

@@ -5,6 +5,10 @@ JupyterLab talks to kernels, terminals and its event bus over websockets under
 does, opens the same path on the notebook server with the token added, and
 relays frames both ways until either side closes.
 
+A socket outlives the check made when it opened: between frames, at most every
+GANTRY_WS_RECHECK_SECONDS, the user's access is asked again (as for the live log), and
+a user signed out (4401) or no longer allowed (4403) loses the kernel or terminal.
+
 Cross-site websocket hijacking is stopped before this consumer runs:
 `config.asgi` wraps every websocket route in `AllowedHostsOriginValidator`, so
 a page on another origin cannot open a socket with the user's session cookie.
@@ -15,16 +19,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 import websockets
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from jobs import proxy
+from jobs.consumers import lost_access
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +57,7 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
     upstream = None
     relay = None
     client_gone = False
+    revoked = False
 
     async def connect(self):
         user = self.scope.get("user")
@@ -84,7 +92,26 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
             return await self.refuse(CLOSE_UNAVAILABLE)
 
         await self.accept(subprotocol=self.upstream.subprotocol)
+        self.checked_at = time.monotonic()
         self.relay = asyncio.create_task(self.relay_upstream())
+
+    async def access_lost(self) -> bool:
+        """May the user still use this notebook? When not, close both sides."""
+        if self.revoked:
+            return True
+        if time.monotonic() - self.checked_at < settings.GANTRY_WS_RECHECK_SECONDS:
+            return False
+        self.checked_at = time.monotonic()
+        pk = self.job.pk
+        code = await database_sync_to_async(lost_access)(
+            self.scope, lambda user: proxy.get_job_for_user(user, pk)
+        )
+        if code is None or self.revoked:
+            return self.revoked
+        self.revoked = True
+        await self.close(code=code)
+        await self.upstream.close()
+        return True
 
     async def refuse(self, code: int):
         # Accept first: a handshake refused before accepting reaches the browser as a bare
@@ -96,6 +123,8 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
         code = None
         try:
             async for message in self.upstream:
+                if await self.access_lost():
+                    return
                 if isinstance(message, str):
                     await self.send(text_data=message)
                 else:
@@ -104,11 +133,11 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
         except ConnectionClosed as exc:
             code = exc.rcvd.code if exc.rcvd else None
         finally:
-            if not self.client_gone:
+            if not (self.client_gone or self.revoked):
                 await self.close(code=_sendable(code))
 
     async def receive(self, text_data=None, bytes_data=None):
-        if self.upstream is None:
+        if self.upstream is None or await self.access_lost():
             return
         # Running cells and typing go over this socket only: it counts as use.
         if proxy.activity_due(self.job.pk):

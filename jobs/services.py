@@ -56,8 +56,16 @@ SPEC_FIELDS = (
     "max_retries",
     "priority",
 )
-PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# \Z, not $: a $ would let a name end in a newline.
+PARAMETER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+# A command is split like a shell would (slow on megabytes) and passed to exec; a value
+# becomes an environment variable, and Linux refuses one longer than 128 KiB at exec.
+MAX_COMMAND = 10_000
+MAX_VALUE = 32_768
+MAX_TIMEOUT_SECONDS = 366 * 24 * 3600
+INT_MAX = 2**31 - 1  # what an integer column holds on every database
+BIGINT_MAX = 2**63 - 1
 TOKEN_PREFIX = "gjt_"
 MAX_RETRIES = 10
 WORKER_DONE = ("succeeded", "failed", "cancelled", "timed_out", "lost")
@@ -66,7 +74,7 @@ WORKER_DONE = ("succeeded", "failed", "cancelled", "timed_out", "lost")
 # --- submitting -------------------------------------------------------------------------
 
 
-def _int(errors, spec, name, *, minimum=0, maximum=None, default=None, nullable=False):
+def _int(errors, spec, name, *, minimum=0, maximum=INT_MAX, default=None, nullable=False):
     value = spec.get(name, default)
     if value is None or value == "":
         if nullable:
@@ -81,9 +89,27 @@ def _int(errors, spec, name, *, minimum=0, maximum=None, default=None, nullable=
             return None
     if value < minimum:
         errors[name] = f"Must be at least {minimum}."
-    elif maximum is not None and value > maximum:
+    elif value > maximum:
         errors[name] = f"Must be at most {maximum}."
     return value
+
+
+def _unstorable(value: Any) -> bool:
+    """A NUL or a non-finite number anywhere in `value`: PostgreSQL stores neither in
+    jsonb, and neither means anything in a job's spec."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return True
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
@@ -107,6 +133,8 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
     command = (spec.get("command") or "").strip()
     if kind == JobKind.NOTEBOOK:
         command = ""  # the backend builds a notebook's command
+    elif len(command) > MAX_COMMAND:
+        errors["command"] = f"At most {MAX_COMMAND} characters."
     elif not command:
         errors["command"] = "Give the command to run, e.g. python train.py."
     else:
@@ -130,7 +158,8 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
         errors["runtime"] = problem
     clean["runtime"] = runtime
 
-    parameters = spec.get("parameters") or {}
+    parameters = spec.get("parameters")
+    parameters = {} if parameters is None else parameters
     if not isinstance(parameters, dict):
         errors["parameters"] = "Parameters must be a mapping of name to value."
         parameters = {}
@@ -148,9 +177,13 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
                 f"Parameter “{key}” must be a number, true/false or text, not {type(value).__name__}."
             )
             break
+        if isinstance(value, str) and (len(value) > MAX_VALUE or "\x00" in value):
+            errors["parameters"] = f"Parameter “{key}”: at most {MAX_VALUE} characters, no NUL."
+            break
     clean["parameters"] = parameters
 
-    env = spec.get("env") or {}
+    env = spec.get("env")
+    env = {} if env is None else env
     if not isinstance(env, dict):
         errors["env"] = "Environment must be a mapping of variable to value."
         env = {}
@@ -161,8 +194,11 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
         if key.startswith("GANTRY_"):
             errors["env"] = f"{key}: variables starting with GANTRY_ are set by Gantry."
             break
-        if not isinstance(value, bool | int | float | str):
+        if not isinstance(value, bool | int | float | str) or _unstorable(value):
             errors["env"] = f"{key} must be text or a number."
+            break
+        if len(str(value)) > MAX_VALUE:
+            errors["env"] = f"{key}: at most {MAX_VALUE} characters."
             break
     clean["env"] = {k: str(v) for k, v in env.items()} if "env" not in errors else {}
 
@@ -170,7 +206,9 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
     clean["cpus"] = _int(errors, spec, "cpus", minimum=1, default=1)
     clean["memory_mb"] = _int(errors, spec, "memory_mb", minimum=16, default=1024)
     clean["workers"] = _int(errors, spec, "workers", minimum=1, maximum=64, default=1)
-    clean["timeout_seconds"] = _int(errors, spec, "timeout_seconds", minimum=1, nullable=True)
+    clean["timeout_seconds"] = _int(
+        errors, spec, "timeout_seconds", minimum=1, maximum=MAX_TIMEOUT_SECONDS, nullable=True
+    )
     clean["max_retries"] = _int(errors, spec, "max_retries", maximum=MAX_RETRIES, default=0)
     clean["priority"] = _int(errors, spec, "priority", minimum=-1000, maximum=1000, default=0)
     if clean["workers"] and clean["workers"] > 1 and kind != JobKind.DISTRIBUTED:
@@ -195,9 +233,12 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
                 "it can never run as submitted.",
             )
 
-    inputs = spec.get("inputs") or []
+    inputs = spec.get("inputs")
+    inputs = [] if inputs is None else inputs
     if not isinstance(inputs, list):
         errors["inputs"] = "Inputs must be a list."
+    elif _unstorable(inputs):
+        errors["inputs"] = "Inputs may not hold NUL characters or non-finite numbers."
     clean["inputs"] = inputs if isinstance(inputs, list) else []
 
     outputs_dir = (spec.get("outputs_dir") or "outputs").strip().strip("/") or "outputs"
@@ -606,9 +647,14 @@ def _ts(value) -> datetime:
 
 def _seq(item) -> int:
     seq = item.get("seq") if isinstance(item, dict) else None
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= BIGINT_MAX:
         raise ValueError(f"every item needs a positive integer seq, got {item!r:.200}")
     return seq
+
+
+def _int32(value) -> bool:
+    """A whole number an integer column holds (a pid, an exit code)."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= INT_MAX
 
 
 def _locked_worker(job: Job, rank: int) -> JobWorker:
@@ -663,12 +709,19 @@ def ingest_metrics(job: Job, rank: int, metrics: list) -> int:
         raise ValueError("metrics must be a list")
     for item in metrics:
         _seq(item)
-        if not isinstance(item.get("name"), str) or not item["name"]:
-            raise ValueError("every metric needs a name")
+        if not isinstance(item.get("name"), str) or not item["name"] or "\x00" in item["name"]:
+            raise ValueError("every metric needs a name (text without NUL)")
         value, step = item.get("value"), item.get("step")
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or abs(value) > 1e308  # first: an int too large for a float
+            or not math.isfinite(value)
+        ):
             raise ValueError("metric values are numbers or null")
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
+        if step is not None and (
+            isinstance(step, bool) or not isinstance(step, int) or abs(step) > BIGINT_MAX
+        ):
             raise ValueError("metric steps are integers or null")
     with transaction.atomic():
         worker = _locked_worker(job, rank)
@@ -712,7 +765,7 @@ def record_worker_status(job: Job, rank: int, body: dict) -> None:
             worker = _locked_worker(job, rank)
             if worker.state in WORKER_DONE:
                 return
-            worker.child_pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+            worker.child_pid = pid if _int32(pid) else None
             worker.state = "running"
             worker.last_heartbeat_at = timezone.now()
             if hasattr(backend, "on_worker_started"):
@@ -736,7 +789,7 @@ def record_worker_status(job: Job, rank: int, body: dict) -> None:
     if outcome not in ("succeeded", "failed", "cancelled", "timed_out"):
         raise ValueError(f"unknown outcome {outcome!r}")
     code = body.get("exit_code")
-    reason = str(body.get("reason") or outcome)
+    reason = str(body.get("reason") or outcome).replace("\x00", "")
     with transaction.atomic():
         worker = _locked_worker(job, rank)
         if worker.state in WORKER_DONE:
@@ -753,7 +806,7 @@ def record_worker_status(job: Job, rank: int, body: dict) -> None:
                 # cancel: lost, and retried while retries remain.
                 outcome, reason = "lost", cluster_stopped_reason(job, reason)
         worker.state = outcome
-        worker.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        worker.exit_code = code if _int32(code) else None
         worker.reason = reason[:500]
         worker.save(update_fields=["state", "exit_code", "reason"])
     settle_job(job)

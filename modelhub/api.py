@@ -7,6 +7,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from core.api import VisibleRelatedField
 from images.models import RuntimeImage
 from jobs.api import JobSerializer
 from jobs.models import Job
@@ -47,7 +48,7 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
 
 
 class RegisteredModelWriteSerializer(serializers.Serializer):
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all(), required=False)
+    project = VisibleRelatedField(queryset=Project.objects.all(), required=False)
     name = serializers.CharField(max_length=200, required=False)
     description = serializers.CharField(max_length=500, required=False, allow_blank=True)
     card = serializers.CharField(required=False, allow_blank=True)
@@ -91,11 +92,9 @@ class ModelVersionSerializer(serializers.ModelSerializer):
 class ModelVersionCreateSerializer(serializers.Serializer):
     """From a job (`job`, with `model` or `model_name`) or from uploaded `files` (`model`)."""
 
-    model = serializers.PrimaryKeyRelatedField(
-        queryset=RegisteredModel.objects.all(), required=False
-    )
+    model = VisibleRelatedField(queryset=RegisteredModel.objects.all(), required=False)
     model_name = serializers.CharField(required=False, allow_blank=True, max_length=200)
-    job = serializers.PrimaryKeyRelatedField(queryset=Job.objects.all(), required=False)
+    job = VisibleRelatedField(queryset=Job.objects.all(), required=False)
     paths = serializers.ListField(child=serializers.CharField(), required=False)
     files = serializers.ListField(child=serializers.FileField(), required=False)
     description = serializers.CharField(required=False, allow_blank=True, max_length=500)
@@ -121,7 +120,7 @@ class CompareSerializer(serializers.Serializer):
 
 class PredictSerializer(serializers.Serializer):
     command = serializers.CharField()
-    image = serializers.PrimaryKeyRelatedField(
+    image = VisibleRelatedField(
         queryset=RuntimeImage.objects.all(), required=False, allow_null=True
     )
     inputs = serializers.JSONField(required=False)
@@ -164,7 +163,7 @@ class RegisteredModelViewSet(
         request=RegisteredModelWriteSerializer, responses={201: RegisteredModelSerializer}
     )
     def create(self, request, *args, **kwargs):
-        serializer = RegisteredModelWriteSerializer(data=request.data)
+        serializer = RegisteredModelWriteSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         if "project" not in data:
@@ -178,7 +177,7 @@ class RegisteredModelViewSet(
     @extend_schema(request=RegisteredModelWriteSerializer, responses=RegisteredModelSerializer)
     def partial_update(self, request, *args, **kwargs):
         model = self.get_object()
-        serializer = RegisteredModelWriteSerializer(data=request.data)
+        serializer = RegisteredModelWriteSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         data.pop("project", None)
@@ -248,7 +247,7 @@ class ModelVersionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
     @extend_schema(request=ModelVersionCreateSerializer, responses={201: ModelVersionSerializer})
     def create(self, request, *args, **kwargs):
-        serializer = ModelVersionCreateSerializer(data=request.data)
+        serializer = ModelVersionCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         user, token = request.user, request.auth
@@ -302,7 +301,7 @@ class ModelVersionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     def predict(self, request, pk=None):
         """Submit a prediction job with this version's files staged under model/."""
         version = self.get_object()
-        serializer = PredictSerializer(data=request.data)
+        serializer = PredictSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         image = data.pop("image", None)

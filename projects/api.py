@@ -2,6 +2,7 @@ from django.contrib.auth import get_user_model
 from rest_framework import serializers, viewsets
 
 from accounts.models import Tenant
+from core.api import VisibleRelatedField
 from projects import services
 from projects.filters import ProjectFilterSet, ProjectMemberFilterSet
 from projects.models import Project, ProjectMember, ProjectRole
@@ -11,7 +12,7 @@ User = get_user_model()
 
 
 class ProjectSerializer(serializers.ModelSerializer):
-    tenant = serializers.PrimaryKeyRelatedField(queryset=Tenant.objects.all())
+    tenant = VisibleRelatedField(queryset=Tenant.objects.all())
     tenant_slug = serializers.CharField(source="tenant.slug", read_only=True)
 
     class Meta:
@@ -36,7 +37,7 @@ class ProjectUpdateSerializer(ProjectSerializer):
 
 
 class ProjectMemberSerializer(serializers.ModelSerializer):
-    project = serializers.PrimaryKeyRelatedField(queryset=Project.objects.all())
+    project = VisibleRelatedField(queryset=Project.objects.all())
     user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
     role = serializers.ChoiceField(choices=ProjectRole.choices, default=ProjectRole.VIEWER)
 

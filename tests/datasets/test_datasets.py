@@ -359,17 +359,40 @@ def test_archives_unpack_into_a_version(owner, dataset, name, payload):
     ],
 )
 def test_malicious_archives_are_refused_and_nothing_is_committed(
-    owner, dataset, name, payload, reason
+    owner, dataset, fs_storage, name, payload, reason
 ):
-    archive = _import(owner, dataset, name, payload)
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    # At upload, while the uploader waits for the answer...
+    with pytest.raises(ValidationError) as refused:
+        services.start_archive_import(owner, dataset, SimpleUploadedFile(name, payload))
+    assert reason in " ".join(refused.value.messages)
+    assert not ArchiveImport.objects.exists()
+    assert not [p for p in fs_storage.rglob("*") if p.is_file() and "archives" in p.parts]
+    # ...and again by the unpacking task, which trusts nothing it is handed.
+    archive = services.extract_archive(_staged(owner, dataset, name, payload).pk)
     assert archive.state == UploadState.FAILED
     assert reason in archive.error
     assert not DatasetVersion.objects.exists()
 
 
+def _staged(owner, dataset, name, payload):
+    """An archive staged as start_archive_import stages one, without its checks."""
+    from django.core.files.base import ContentFile
+    from django.core.files.storage import default_storage
+
+    key = default_storage.save("archives/staged/archive", ContentFile(payload))
+    return ArchiveImport.objects.create(
+        dataset=dataset, file_name=name, staging_key=key, size=len(payload), created_by=owner
+    )
+
+
 def test_archive_file_count_limit(owner, dataset, settings):
     settings.GANTRY_ARCHIVE_MAX_FILES = 3
-    archive = _import(owner, dataset, "many.zip", _zip({f"f{i}": b"x" for i in range(4)}))
+    payload = _zip({f"f{i}": b"x" for i in range(4)})
+    with pytest.raises(ValidationError, match="More than 3 files"):
+        _import(owner, dataset, "many.zip", payload)
+    archive = services.extract_archive(_staged(owner, dataset, "many.zip", payload).pk)
     assert archive.state == UploadState.FAILED and "More than 3 files" in archive.error
     assert not ArchiveImport.objects.filter(state=UploadState.COMMITTED).exists()
 

@@ -15,10 +15,13 @@ from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient, Client
 from django.urls import reverse
 
+from accounts import services as account_services
+from accounts.models import Membership
 from config.asgi import application
 from jobs import consumers, services
 from jobs.models import Job
 from jobs.states import transition
+from projects import services as project_services
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -127,6 +130,117 @@ def test_bad_query_is_closed_with_4400(client, owner, project):
                 messages.append(json.loads(out["text"]))
             assert out["code"] == 4400, query
             assert messages[-1]["type"] == "error"
+
+    async_to_sync(scenario)()
+
+
+# --- access lost while the socket is open ---------------------------------------------
+
+
+async def closes_instead_of_forwarding(communicator, job, code):
+    """A live line after the change: the socket closes with `code` and the line never arrives."""
+    await receive_until(communicator, lambda m: m["type"] == "caught_up")
+    await ingest(job, 0, lines(1, 5))
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": code}
+    assert await communicator.receive_nothing(timeout=0.5)
+
+
+@pytest.fixture
+def recheck_every_message(settings):
+    settings.GANTRY_WS_RECHECK_SECONDS = 0
+
+
+def test_removed_member_socket_closes_with_4403(client, owner, member, tenant, project, recheck_every_message):
+    job = running_job(owner, project)
+    cookie = session_cookie(client, member)
+    membership = Membership.objects.get(tenant=tenant, user=member)
+
+    async def scenario():
+        communicator = await open_socket(cookie, job)
+        await sync_to_async(account_services.remove_member)(actor=owner, membership=membership)
+        await closes_instead_of_forwarding(communicator, job, 4403)
+
+    async_to_sync(scenario)()
+
+
+def test_project_made_private_closes_a_viewers_socket(client, owner, member, project, recheck_every_message):
+    job = running_job(owner, project)
+    cookie = session_cookie(client, member)
+
+    async def scenario():
+        communicator = await open_socket(cookie, job)
+        await sync_to_async(project_services.update_project)(
+            actor=owner, project=project, visibility="private"
+        )
+        await closes_instead_of_forwarding(communicator, job, 4403)
+
+    async_to_sync(scenario)()
+
+
+def test_logout_closes_the_socket_with_4401(owner, project, recheck_every_message):
+    job = running_job(owner, project)
+    browser = Client()
+    browser.force_login(owner)
+
+    async def scenario():
+        communicator = await open_socket(browser.cookies["sessionid"].value, job)
+        await sync_to_async(browser.logout)()
+        await closes_instead_of_forwarding(communicator, job, 4401)
+
+    async_to_sync(scenario)()
+
+
+def test_deactivated_user_socket_closes_with_4401(client, owner, project, recheck_every_message):
+    job = running_job(owner, project)
+    cookie = session_cookie(client, owner)
+
+    async def scenario():
+        communicator = await open_socket(cookie, job)
+        owner.is_active = False
+        await owner.asave(update_fields=["is_active"])
+        await closes_instead_of_forwarding(communicator, job, 4401)
+
+    async_to_sync(scenario)()
+
+
+def test_the_poll_forwards_nothing_after_access_is_lost(
+    client, owner, member, tenant, project, monkeypatch, recheck_every_message
+):
+    """Changes made in another process arrive by the poll: it re-checks before sending too."""
+    monkeypatch.setattr(consumers, "POLL_SECONDS", 0.1)
+    job = running_job(owner, project)
+    cookie = session_cookie(client, member)
+    membership = Membership.objects.get(tenant=tenant, user=member)
+
+    async def scenario():
+        communicator = await open_socket(cookie, job)
+        await receive_until(communicator, lambda m: m["type"] == "caught_up")
+        monkeypatch.setattr(consumers, "publish", lambda *a: None)  # another process
+        await sync_to_async(account_services.remove_member)(actor=owner, membership=membership)
+        await sync_to_async(transition)(job, "running", "running")
+        await sync_to_async(services.ingest_logs)(job, 0, lines(1, 3))
+        assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+        assert await communicator.receive_nothing(timeout=0.5)
+
+    async_to_sync(scenario)()
+
+
+def test_access_is_rechecked_at_most_every_interval(client, owner, member, tenant, project, settings):
+    # The price of not querying per message: a removed member may still get lines for up
+    # to GANTRY_WS_RECHECK_SECONDS. Within the interval nothing is asked of the database.
+    settings.GANTRY_WS_RECHECK_SECONDS = 3600
+    job = running_job(owner, project)
+    cookie = session_cookie(client, member)
+    membership = Membership.objects.get(tenant=tenant, user=member)
+
+    async def scenario():
+        communicator = await open_socket(cookie, job)
+        await receive_until(communicator, lambda m: m["type"] == "caught_up")
+        await sync_to_async(account_services.remove_member)(actor=owner, membership=membership)
+        await ingest(job, 0, lines(1, 5))
+        live = await communicator.receive_json_from(timeout=5)
+        assert live["type"] == "lines" and live["lines"][-1]["seq"] == 5
+        await communicator.disconnect()
 
     async_to_sync(scenario)()
 

@@ -407,6 +407,55 @@ def test_kernel_runs_code_through_the_proxy(notebook, owner, activity):
         assert response.status_code == 204
 
 
+def test_a_user_who_loses_access_loses_the_open_kernel_socket(
+    notebook, owner, monkeypatch, settings
+):
+    """Access is asked again between frames: once it is gone, the next frame the user
+    sends never reaches the kernel, and the socket closes with 4403."""
+    settings.GANTRY_WS_RECHECK_SECONDS = 0
+    client = logged_in(owner, enforce_csrf_checks=True)
+    extra = xsrf_headers(client)
+    response, body = fetch(
+        client, "post", LAB + "api/kernels", data={"name": "python3"},
+        content_type="application/json", **extra,
+    )
+    kernel = json.loads(body)["id"]
+    session = uuid.uuid4().hex
+    channels = f"{LAB}api/kernels/{kernel}/channels?session_id={session}"
+    allowed, removed = proxy.get_job_for_user, []
+
+    def get_job_for_user(user, pk):  # until the owner is removed from the project
+        if removed:
+            raise Http404
+        return allowed(user, pk)
+
+    monkeypatch.setattr(proxy, "get_job_for_user", get_job_for_user)
+
+    async def go():
+        communicator = websocket(channels, client=client)
+        connected, _ = await communicator.connect(timeout=30)
+        assert connected
+        msg_id, message = execute_request("6*7", session)
+        await communicator.send_to(text_data=json.dumps(message))
+        first = await execute_result(communicator, msg_id, lambda f: json.loads(f["text"]))
+        removed.append(owner)
+        msg_id, message = execute_request("open('/tmp/x', 'w')", session)
+        await communicator.send_to(text_data=json.dumps(message))
+        while True:
+            frame = await communicator.receive_output(timeout=30)
+            if frame["type"] == "websocket.close":
+                return first, frame["code"]
+            # Only what the kernel said before access was taken away may still arrive.
+            assert json.loads(frame["text"])["parent_header"].get("msg_id") != msg_id
+
+    try:
+        assert async_to_sync(go)() == ("42", 4403)
+    finally:
+        removed.clear()
+        response, _ = fetch(client, "delete", f"{LAB}api/kernels/{kernel}", **extra)
+        assert response.status_code == 204
+
+
 def test_websocket_refuses_anonymous_with_4403(notebook):
     async def go():
         communicator = websocket(LAB + "api/events/subscribe")

@@ -457,8 +457,9 @@
     };
     socket.onclose = (event) => {
       if (gen !== generation) return;
-      if ([4400, 4401, 4404].includes(event.code)) {
-        setLiveStatus(event.code === 4401 ? "signed out: reload the page" : "not available", "text-danger");
+      if ([4400, 4401, 4403, 4404].includes(event.code)) {
+        const why = { 4401: "signed out: reload the page", 4403: "access removed" };
+        setLiveStatus(why[event.code] || "not available", "text-danger");
         return;
       }
       setLiveStatus("reconnecting…", "text-warning");
