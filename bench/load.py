@@ -64,6 +64,34 @@ def wrk(url, seconds, connections, headers=()):
     return {"requests_per_s": rps, "latency": lat, "non_2xx": int(errors.group(1)) if errors else 0}
 
 
+def api(host, token, path, body=None):
+    request = urllib.request.Request(
+        host + path, data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def wait_for_state(host, token, job, states, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = api(host, token, f"/api/v1/jobs/{job}/")["state"]
+        if state in states:
+            return state
+        time.sleep(0.5)
+    raise SystemExit(f"job {job} did not reach {states} within {timeout} s (last: {state})")
+
+
+def hold_the_gpu(host, token, project):
+    """Start the job that holds the machine's one (pretended) GPU, so the jobs the
+    simulated users submit wait in the queue instead of running here (bench/settings.py)."""
+    job = api(host, token, "/api/v1/jobs/", {"project": project, "name": "holds the GPU",
+                                               "command": "sleep 3600", "gpus": 1})["id"]
+    wait_for_state(host, token, job, {"running"})
+    return job
+
+
 def locust(host, users, seconds, credentials, env, prefix):
     cmd = [
         sys.executable, "-m", "locust", "-f", str(ROOT / "bench" / "locustfile.py"), "--headless",
@@ -89,6 +117,26 @@ def locust(host, users, seconds, credentials, env, prefix):
         with open(f"{prefix}_failures.csv") as fh:
             failures = [dict(r) for r in csv.DictReader(fh)][:10]
     return {"users": users, "seconds": seconds, "endpoints": rows, "failure_samples": failures}
+
+
+def verdict(result):
+    """Each target with what was measured: p99 of list and detail endpoints at 50 users,
+    the job list's share of the bare view's throughput, failures at 200 users."""
+    out = {}
+    mixes = {m["users"]: m for m in result["mixes"]}
+    if 50 in mixes:
+        rows = {n: r for n, r in mixes[50]["endpoints"].items() if "list" in n or "detail" in n}
+        worst = max(rows, key=lambda n: rows[n]["p99_ms"]) if rows else None
+        measured = rows[worst]["p99_ms"] if worst else None
+        out["p99 ms of list and detail endpoints at 50 users"] = {
+            "measured": f"{measured} ({worst})", "target": "< 100", "met": measured is not None and measured < 100}
+    ratio = result["ceiling_wrk_15s_50_connections"].get("job_list_vs_bare")
+    if ratio is not None:
+        out["job list throughput / bare view"] = {"measured": ratio, "target": ">= 0.4", "met": ratio >= 0.4}
+    if 200 in mixes:
+        failures = sum(r["failures"] for n, r in mixes[200]["endpoints"].items() if n != "Aggregated")
+        out["failed requests at 200 users"] = {"measured": failures, "target": 0, "met": failures == 0}
+    return out
 
 
 def main():
@@ -117,6 +165,7 @@ def main():
         "GANTRY_URL": f"http://127.0.0.1:{port}",
         "GANTRY_WORKERS": "1",
         "LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "bench.settings",  # one GPU, held by the first job
     }
     subprocess.run(["redis-cli", "-n", "13", "flushdb"], check=False, stdout=subprocess.DEVNULL)
     run(sys.executable, "manage.py", "migrate", "--noinput", "-v0", env=env)
@@ -133,9 +182,11 @@ def main():
         cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )
     host = f"http://127.0.0.1:{port}"
+    holder = None
     try:
         wait_http(host + "/healthz")
-        token = credentials.read_text().split()[1]
+        username, token, _, projects = credentials.read_text().split("\n")[0].split()
+        holder = hold_the_gpu(host, token, int(projects.split(",")[0]))
         ceiling = {
             "bare_view": wrk(host + "/healthz", 15, 50),
             "job_list_api": wrk(host + "/api/v1/jobs/?page_size=50", 15, 50, [f"Authorization: Bearer {token}"]),
@@ -144,6 +195,9 @@ def main():
             ceiling["job_list_vs_bare"] = round(ceiling["job_list_api"]["requests_per_s"] / ceiling["bare_view"]["requests_per_s"], 3)
         mixes = [locust(host, users, args.seconds, credentials, env, work / f"locust-{users}") for users in args.users]
     finally:
+        if holder is not None:
+            api(host, token, f"/api/v1/jobs/{holder}/cancel/", {})
+            wait_for_state(host, token, holder, {"cancelled", "failed", "succeeded"})
         os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(20)
@@ -160,6 +214,7 @@ def main():
         "mixes": mixes,
         "targets": {"p99_ms_list_detail_at_50": 100, "job_list_vs_bare_min": 0.4, "errors_at_200": 0},
     }
+    result["verdict"] = verdict(result)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "load.json").write_text(json.dumps(result, indent=1))
     lines = ["# Load benchmark", "", f"Data: {result['data']}", ""]
@@ -170,6 +225,9 @@ def main():
         lines += ["", f"## {mix['users']} users, {mix['seconds']} s", "", "| endpoint | requests | failures | req/s | p50 ms | p95 ms | p99 ms |", "|---|---|---|---|---|---|---|"]
         for name, row in mix["endpoints"].items():
             lines.append(f"| {name} | {row['requests']} | {row['failures']} | {row['requests_per_s']} | {row['p50_ms']} | {row['p95_ms']} | {row['p99_ms']} |")
+    lines += ["", "## Against the targets", ""]
+    lines += [f"- {name}: {v['measured']} (target {v['target']}) {'met' if v['met'] else 'NOT met'}"
+              for name, v in result["verdict"].items()]
     (RESULTS / "load.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

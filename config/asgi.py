@@ -7,15 +7,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 django_asgi_app = get_asgi_application()
 
 from config.routing import websocket_urlpatterns  # noqa: E402
+from core.asgi import ConcurrencyLimit  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": ConcurrencyLimit(django_asgi_app, settings.GANTRY_REQUEST_CONCURRENCY),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -142,10 +142,21 @@ if DATABASE_URL:
     except (ValueError, KeyError, environ.ImproperlyConfigured) as exc:
         _fail("DATABASE_URL", f"{exc}; expected e.g. postgres://user:pass@host:5432/gantry")
     # Gantry is served over ASGI, where every request's sync code runs in a thread of its
-    # own: a persistent connection (CONN_MAX_AGE > 0) stays with that thread and is never
-    # reused or closed, until PostgreSQL answers "too many clients" (the load benchmark
-    # found this at 50 users). So connections close at the end of each request by default.
-    DATABASES["default"]["CONN_MAX_AGE"] = _get("int", "DATABASE_CONN_MAX_AGE", 0)
+    # own: a persistent connection (CONN_MAX_AGE > 0) would stay with that thread, never
+    # reused or closed, until PostgreSQL answers "too many clients". So each process keeps
+    # a pool (psycopg_pool) of at most DATABASE_POOL_SIZE connections that requests borrow
+    # and give back; requests beyond it wait for one. 0 opens one connection per request.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        pool_size = _get("int", "DATABASE_POOL_SIZE", 8)
+        if pool_size < 0:
+            _fail("DATABASE_POOL_SIZE", "a number of connections, 0 or more")
+        if pool_size:
+            DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+                "min_size": 1,
+                "max_size": pool_size,
+                "timeout": _get("int", "DATABASE_POOL_TIMEOUT", 20),
+            }
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # as below: no "database is locked"
         DATABASES["default"].setdefault("OPTIONS", {}).setdefault("transaction_mode", "IMMEDIATE")
@@ -184,6 +195,9 @@ if REDIS_URL:
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
     }
+    # Sessions read from Redis, written through to the database. Only with a shared
+    # cache: a per-process one would keep a signed-out session alive in other processes.
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -433,6 +447,10 @@ GANTRY_LOCAL_MEMORY_MB = _get("int", "GANTRY_LOCAL_MEMORY_MB", 0)
 # CUDA_VISIBLE_DEVICES. Tests set it with the `settings` fixture.
 GANTRY_LOCAL_FAKE_GPUS = 0
 GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
+# HTTP requests each web process runs at once (core/asgi.py); the rest wait their turn.
+GANTRY_REQUEST_CONCURRENCY = _get("int", "GANTRY_REQUEST_CONCURRENCY", 4)
+if GANTRY_REQUEST_CONCURRENCY < 0:
+    _fail("GANTRY_REQUEST_CONCURRENCY", "a number of requests, 0 (no limit) or more")
 # How often an open live-log socket re-checks that its user may still see the job.
 GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)

@@ -47,6 +47,7 @@ class ObjectListView(GantryView):
     partial_template_name = ""
     filterset_class = None
     paginate_by = 50
+    paginator_class = Paginator
 
     def get_queryset(self):
         return self.model.objects.visible_to(self.request.user)
@@ -57,7 +58,7 @@ class ObjectListView(GantryView):
     def get(self, request, *args, **kwargs):
         queryset = self.get_queryset()
         filterset = self.filterset_class(request.GET, queryset=queryset, request=request)
-        page = Paginator(filterset.qs, self.paginate_by).get_page(request.GET.get("page"))
+        page = self.paginator_class(filterset.qs, self.paginate_by).get_page(request.GET.get("page"))
         context = {
             "filterset": filterset,
             "page": page,

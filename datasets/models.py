@@ -20,12 +20,12 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import Tenant
-from projects.models import Project
+from projects.models import Project, in_visible_projects
 
 
 class DatasetQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(project__in=Project.objects.visible_to(user))
+        return in_visible_projects(self, user)
 
 
 class Dataset(models.Model):
@@ -97,7 +97,7 @@ class VersionSource(models.TextChoices):
 
 class DatasetVersionQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(dataset__in=Dataset.objects.visible_to(user))
+        return in_visible_projects(self, user, "dataset__project")
 
 
 class DatasetVersion(models.Model):
@@ -207,7 +207,7 @@ class UploadState(models.TextChoices):
 
 class UploadSessionQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(dataset__in=Dataset.objects.visible_to(user))
+        return in_visible_projects(self, user, "dataset__project")
 
 
 class UploadSession(models.Model):

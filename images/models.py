@@ -192,9 +192,9 @@ class ImageBuild(models.Model):
 
 class JobImageQuerySet(models.QuerySet):
     def visible_to(self, user):
-        from jobs.models import Job
+        from projects.models import in_visible_projects
 
-        return self.filter(job__in=Job.objects.visible_to(user))
+        return in_visible_projects(self, user, "job__project")
 
 
 class JobImage(models.Model):

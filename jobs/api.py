@@ -9,6 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from core.api import VisibleRelatedField
+from core.paging import DeferredJoinPagination
 from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
@@ -142,6 +143,63 @@ class JobListSerializer(JobSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, job):
+        # The same output as the declared fields (tests/jobs/test_api_list.py compares
+        # them), built directly: DRF's generic per-field path was a third of the list's
+        # time at 50 rows. Dates go through DRF's own field so formats stay identical.
+        if not hasattr(self, "_date"):
+            self._date = serializers.DateTimeField().to_representation
+        date = self._date
+        record = getattr(job, "image_record", None)
+        return {
+            "id": job.pk,
+            "url": job.get_absolute_url(),
+            "tenant": job.project.tenant_id,
+            "project": job.project_id,
+            "name": job.name,
+            "kind": job.kind,
+            "state": job.state,
+            "state_reason": job.state_reason,
+            "created_by": job.created_by.username if job.created_by_id else None,
+            "gpus": job.gpus,
+            "workers": job.workers,
+            "priority": job.priority,
+            "attempt": job.attempt,
+            "created_at": date(job.created_at),
+            "started_at": date(job.started_at) if job.started_at else None,
+            "finished_at": date(job.finished_at) if job.finished_at else None,
+            "queue_position": job.queue_position,
+            "estimated_start_at": date(job.estimated_start_at) if job.estimated_start_at else None,
+            "image": record.image_id if record else None,
+            "image_reference": record.reference if record else None,
+            "image_digest": (record.digest or None) if record else None,
+        }
+
+
+# What JobListSerializer reads: the list loads only these columns.
+JOB_LIST_COLUMNS = [
+    "id",
+    "project_id",
+    "project__tenant_id",
+    "name",
+    "kind",
+    "state",
+    "state_reason",
+    "created_by__username",
+    "gpus",
+    "workers",
+    "priority",
+    "attempt",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "queue_position",
+    "estimated_start_at",
+    "image_record__image_id",
+    "image_record__reference",
+    "image_record__digest",
+]
+
 
 class JobDetailSerializer(JobSerializer):
     workers = JobWorkerSerializer(source="worker_set", many=True, read_only=True)
@@ -206,6 +264,7 @@ class ArtifactSerializer(serializers.ModelSerializer):
 class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Job.objects.none()
     filterset_class = JobFilterSet
+    pagination_class = DeferredJoinPagination
     permission_actions = {
         "list": "job.view",
         "retrieve": "job.view",
@@ -218,9 +277,12 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     }
 
     def get_queryset(self):
-        queryset = Job.objects.visible_to(self.request.user).select_related(
-            "project", "created_by", "image_record__image"
-        )
+        queryset = Job.objects.visible_to(self.request.user)
+        if self.action == "list":
+            return queryset.select_related("project", "created_by", "image_record").only(
+                *JOB_LIST_COLUMNS
+            )
+        queryset = queryset.select_related("project", "created_by", "image_record__image")
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("worker_set", "events__actor")
         return queryset

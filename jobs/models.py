@@ -12,8 +12,9 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from core.links import object_url
 from jobs.states import BADGES, TERMINAL, JobState
-from projects.models import Project
+from projects.models import Project, in_visible_projects
 
 
 class JobKind(models.TextChoices):
@@ -24,7 +25,7 @@ class JobKind(models.TextChoices):
 
 class JobQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(project__in=Project.objects.visible_to(user))
+        return in_visible_projects(self, user)
 
 
 class Job(models.Model):
@@ -92,14 +93,22 @@ class Job(models.Model):
         ordering = ["-created_at", "-pk"]
         indexes = [
             models.Index(fields=["state", "priority", "queued_at"], name="job_queue_idx"),
-            models.Index(fields=["project", "-created_at"], name="job_project_idx"),
+            # The job list, newest first, per visible project, and filtered by state: with
+            # the id included, a page's ids and the count come from the index alone
+            # (core/paging.py). PostgreSQL only; elsewhere plain indexes.
+            models.Index(fields=["project", "-created_at"], include=["id"], name="job_project_idx"),
+            models.Index(
+                fields=["project", "state", "-created_at"],
+                include=["id"],
+                name="job_project_state_idx",
+            ),
         ]
 
     def __str__(self):
         return f"#{self.pk} {self.name}"
 
     def get_absolute_url(self):
-        return reverse("jobs:job_detail", args=[self.pk])
+        return object_url("jobs:job_detail", self.pk)
 
     @property
     def image_reference(self) -> str:
@@ -127,7 +136,7 @@ class Job(models.Model):
 
 class JobWorkerQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(job__in=Job.objects.visible_to(user))
+        return in_visible_projects(self, user, "job__project")
 
 
 class JobWorker(models.Model):
@@ -174,7 +183,7 @@ class JobWorker(models.Model):
 
 class JobEventQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(job__in=Job.objects.visible_to(user))
+        return in_visible_projects(self, user, "job__project")
 
 
 class JobEvent(models.Model):
@@ -200,7 +209,7 @@ class JobEvent(models.Model):
 
 class LogChunkQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(job__in=Job.objects.visible_to(user))
+        return in_visible_projects(self, user, "job__project")
 
 
 class LogChunk(models.Model):
@@ -233,7 +242,7 @@ class LogChunk(models.Model):
 
 class MetricPointQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(job__in=Job.objects.visible_to(user))
+        return in_visible_projects(self, user, "job__project")
 
 
 class MetricPoint(models.Model):
@@ -259,7 +268,7 @@ class MetricPoint(models.Model):
 
 class ArtifactQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(job__in=Job.objects.visible_to(user))
+        return in_visible_projects(self, user, "job__project")
 
 
 class Artifact(models.Model):

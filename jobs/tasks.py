@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.core.cache import cache
 from django.utils import timezone
 
 from jobs import services
@@ -31,11 +32,22 @@ SCHEDULES = {
 }
 
 
+# Set while a kicked pass waits in the broker (only with a cache all processes share).
+KICK_PENDING = "jobs:admission-kick-pending"
+
+
 def kick() -> None:
-    """Queue an admission pass now (after a submit, or when capacity was freed)."""
+    """Queue an admission pass now (after a submit, or when capacity was freed).
+
+    A burst of submits needs one pass, not one each: with Redis as the cache, a kick
+    made while another waits to start adds nothing (the waiting pass will see this
+    submit too). The flag expires, so a pass lost with a killed worker blocks nothing.
+    """
     from django_q.tasks import async_task
 
     try:
+        if settings.REDIS_URL and not cache.add(KICK_PENDING, 1, timeout=30):
+            return
         async_task("jobs.tasks.admit_and_launch", task_name="jobs: admit and launch (kick)")
     except Exception:  # the broker being down must not break the request that kicked
         logger.warning("could not queue an admission pass", exc_info=True)
@@ -43,6 +55,8 @@ def kick() -> None:
 
 def admit_and_launch() -> dict:
     """Admit what fits, then start every admitted job's executors."""
+    if settings.REDIS_URL:
+        cache.delete(KICK_PENDING)  # submits from now on need a pass after this one
     admitted = admission_pass()
     launched = 0
     for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):

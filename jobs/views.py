@@ -7,6 +7,7 @@ from django.http import FileResponse, HttpResponseBadRequest, StreamingHttpRespo
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
+from core.paging import DeferredJoinPaginator
 from core.views import GantryView, ObjectDetailView, ObjectListView, ServiceFormView
 from jobs import services
 from jobs.filters import JobFilterSet
@@ -26,6 +27,7 @@ class JobListView(ObjectListView):
     filterset_class = JobFilterSet
     template_name = "jobs/job_list.html"
     partial_template_name = "jobs/_job_table.html"
+    paginator_class = DeferredJoinPaginator
 
     def get_queryset(self):
         queryset = super().get_queryset().select_related("project__tenant", "created_by")

@@ -9,7 +9,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
-from projects.models import Project
+from projects.models import Project, in_visible_projects
 
 
 class ModelFormat(models.TextChoices):
@@ -24,7 +24,7 @@ class ModelFormat(models.TextChoices):
 
 class RegisteredModelQuerySet(models.QuerySet):
     def visible_to(self, user):
-        return self.filter(project__in=Project.objects.visible_to(user))
+        return in_visible_projects(self, user)
 
 
 class RegisteredModel(models.Model):
