@@ -15,6 +15,7 @@ from jobs.forms import FORMS, TrainJobForm, initial_from_job
 from jobs.models import Artifact, Job, JobKind, MetricPoint
 from jobs.queries import iter_interleaved, iter_lines
 from projects.models import Project
+from projects.permissions import get_object_for_user
 
 LOG_TAIL_LINES = 1000
 COMPARE_MAX_JOBS = 12
@@ -120,6 +121,13 @@ class JobDetailView(ObjectDetailView):
     permission_action = "job.view"
     template_name = "jobs/job_detail.html"
 
+    def get_object(self):
+        # What the page shows of the job's neighbours, in the same query.
+        related = Job.objects.select_related("project__tenant", "created_by", "image_record__image")
+        return get_object_for_user(
+            self.request.user, related, self.permission_action, pk=self.kwargs["pk"]
+        )
+
     def get_extra_context(self, job):
         try:
             worker = int(self.request.GET.get("worker", 0))
@@ -128,10 +136,10 @@ class JobDetailView(ObjectDetailView):
         # The log and the metric charts come over the websocket (jobs/consumers.py,
         # jobs/static/jobs/live.js); the page renders the rest.
         return {
-            "workers": job.worker_set.all(),
+            "workers": list(job.worker_set.all()),
             "worker": worker,
-            "events": job.events.select_related("actor"),
-            "artifacts": job.artifacts.all(),
+            "events": list(job.events.select_related("actor")),
+            "artifacts": list(job.artifacts.all()),
             "log_tail": LOG_TAIL_LINES,
             "image_record": getattr(job, "image_record", None),
         }
