@@ -447,6 +447,8 @@ GANTRY_LOCAL_MEMORY_MB = _get("int", "GANTRY_LOCAL_MEMORY_MB", 0)
 # CUDA_VISIBLE_DEVICES. Tests set it with the `settings` fixture.
 GANTRY_LOCAL_FAKE_GPUS = 0
 GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
+# Kicked admission passes (after submits, cancels, finished jobs) start at most this often.
+GANTRY_ADMISSION_KICK_SECONDS = _get("float", "GANTRY_ADMISSION_KICK_SECONDS", 1.0)
 # HTTP requests each web process runs at once (core/asgi.py); the rest wait their turn.
 GANTRY_REQUEST_CONCURRENCY = _get("int", "GANTRY_REQUEST_CONCURRENCY", 4)
 if GANTRY_REQUEST_CONCURRENCY < 0:
