@@ -98,8 +98,11 @@ def locust(host, users, seconds, credentials, env, prefix):
         "-u", str(users), "-r", str(max(1, users // 5)), "-t", f"{seconds}s", "--host", host,
         "--csv", str(prefix), "--only-summary", "--loglevel", "WARNING",
     ]
-    subprocess.run(cmd, cwd=ROOT, env={**env, "GANTRY_BENCH_CREDENTIALS": str(credentials)}, check=False,
-                   stdout=subprocess.DEVNULL)
+    try:  # locust writes its CSV files as it goes: a hung run still leaves its numbers
+        subprocess.run(cmd, cwd=ROOT, env={**env, "GANTRY_BENCH_CREDENTIALS": str(credentials)}, check=False,
+                       stdout=subprocess.DEVNULL, timeout=seconds + 120)
+    except subprocess.TimeoutExpired:
+        print(f"locust did not stop after {seconds} s; its last numbers are used", file=sys.stderr)
     rows = {}
     with open(f"{prefix}_stats.csv") as fh:
         for row in csv.DictReader(fh):

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import gevent
-import websocket  # websocket-client: blocking sockets, cooperative under locust's gevent
 from locust import FastHttpUser, between, task
 
 CREDENTIALS = [
@@ -76,6 +75,11 @@ class LabMember(FastHttpUser):
     def follow_live_log(self):
         """A job page's live socket: timed from connecting until the backlog is sent
         ("caught_up"), then held open a few seconds as a person reading would."""
+        # websocket-client's blocking sockets are cooperative only when imported after
+        # locust's gevent monkey-patching: imported at the top, each recv() froze every
+        # simulated user (and locust's own stop timer) until the server answered.
+        import websocket
+
         if not self.jobs:
             return
         job = random.choice(self.jobs)
