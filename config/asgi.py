@@ -1,5 +1,6 @@
 """ASGI entry point: HTTP through Django, websockets through Channels' URL router."""
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -13,13 +14,20 @@ from django.core.asgi import get_asgi_application
 django_asgi_app = get_asgi_application()
 
 from config.routing import websocket_urlpatterns  # noqa: E402
-from core.asgi import ConcurrencyLimit  # noqa: E402
+from core.asgi import ConcurrencyLimit, FreezeLongLivedObjects  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": ConcurrencyLimit(django_asgi_app, settings.GANTRY_REQUEST_CONCURRENCY),
+        "http": FreezeLongLivedObjects(
+            ConcurrencyLimit(django_asgi_app, settings.GANTRY_REQUEST_CONCURRENCY)
+        ),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }
 )
+
+# What importing made lives as long as the process: out of the collector's way now, and
+# what the first requests make once they have been served (FreezeLongLivedObjects).
+gc.collect()
+gc.freeze()

@@ -455,6 +455,12 @@ if GANTRY_REQUEST_CONCURRENCY < 0:
     _fail("GANTRY_REQUEST_CONCURRENCY", "a number of requests, 0 (no limit) or more")
 # How often an open live-log socket re-checks that its user may still see the job.
 GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
+# Each user's roles and visible projects, read on nearly every request, are kept in the
+# shared cache between requests (projects.permissions.access_of). Only with Redis: a
+# per-process cache would not hear of changes made in other processes.
+GANTRY_ACCESS_CACHE = _get("bool", "GANTRY_ACCESS_CACHE", bool(REDIS_URL))
+if GANTRY_ACCESS_CACHE and not REDIS_URL:
+    _fail("GANTRY_ACCESS_CACHE", "needs REDIS_URL (a cache every process shares)")
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
 GANTRY_JOB_GRACE_SECONDS = _get("int", "GANTRY_JOB_GRACE_SECONDS", 10)
 GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = _get("int", "GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS", 300)

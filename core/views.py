@@ -55,6 +55,10 @@ class ObjectListView(GantryView):
     def get_extra_context(self):
         return {}
 
+    def present(self, objects):
+        """What the template's rows read (`rows`): the page's objects, or lighter stand-ins."""
+        return objects
+
     def get(self, request, *args, **kwargs):
         queryset = self.get_queryset()
         filterset = self.filterset_class(request.GET, queryset=queryset, request=request)
@@ -63,6 +67,7 @@ class ObjectListView(GantryView):
             "filterset": filterset,
             "page": page,
             "objects": page.object_list,
+            "rows": self.present(page.object_list),
             **self.get_extra_context(),
         }
         template = (

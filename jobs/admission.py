@@ -30,7 +30,10 @@ What the snapshot holds:
 * usage history: GPU-seconds of jobs finished within three decay windows, each decayed by
   exp(-age / window), per tenant (one query).
 
-Passes are serialized (`_serialize_passes`). Per-project quotas are not implemented.
+Queued jobs are read as the few columns a pass needs (`QueuedJob`), and waiting jobs'
+reasons, positions and estimates are written only where they changed, in one statement: a
+pass over a long queue that barely changed costs little. Passes are serialized
+(`_serialize_passes`). Per-project quotas are not implemented.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import NamedTuple
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -62,8 +67,9 @@ def tenant_key(tenant) -> str:
     return tenant.slug
 
 
-def quota_for(tenant, row, cluster_gpus: int) -> Quota:
-    """The policy's quota for a tenant; `row` is its TenantQuota or None (best effort).
+def quota_for(key: str, row, cluster_gpus: int) -> Quota:
+    """The policy's quota for a tenant (by `tenant_key`); `row` is its TenantQuota or None
+    (best effort).
 
     A GPU limit at or above the cluster's size (best effort: the whole cluster) can never
     bind before capacity does, so it is passed as unbounded: the policy checks quotas
@@ -71,12 +77,12 @@ def quota_for(tenant, row, cluster_gpus: int) -> Quota:
     give it no reservation, letting smaller jobs overtake it forever.
     """
     if row is None:
-        return Quota(tenant_key(tenant), guaranteed_gpus=0, borrow_limit_gpus=UNBOUNDED)
+        return Quota(key, guaranteed_gpus=0, borrow_limit_gpus=UNBOUNDED)
     borrow = row.borrow_limit_gpus
     if row.guaranteed_gpus + borrow >= cluster_gpus:
         borrow = UNBOUNDED
     return Quota(
-        tenant_key(tenant),
+        key,
         guaranteed_gpus=row.guaranteed_gpus,
         borrow_limit_gpus=borrow,
         max_cpus=row.max_cpus,
@@ -87,16 +93,62 @@ def quota_for(tenant, row, cluster_gpus: int) -> Quota:
 
 
 def quotas_for(tenants, cluster_gpus: int) -> dict[str, Quota]:
+    return quotas_by_id({t.pk: tenant_key(t) for t in tenants}, cluster_gpus)
+
+
+def quotas_by_id(keys_by_id: dict[int, str], cluster_gpus: int) -> dict[str, Quota]:
+    """Quotas for tenants given as id -> `tenant_key`."""
     from cluster.models import TenantQuota
 
-    rows = {q.tenant_id: q for q in TenantQuota.objects.filter(tenant__in=list(tenants))}
-    return {tenant_key(t): quota_for(t, rows.get(t.pk), cluster_gpus) for t in tenants}
+    # All rows (one per tenant at most): a long list of ids cost more than the rows.
+    rows = {q.tenant_id: q for q in TenantQuota.objects.all()}
+    return {key: quota_for(key, rows.get(pk), cluster_gpus) for pk, key in keys_by_id.items()}
 
 
-def job_request(job: Job) -> JobRequest:
+class QueuedJob(NamedTuple):
+    """What a pass reads of each queued job. A long queue read as full rows (JSON columns
+    and all) cost several times the scheduling itself; the jobs admitted are read in full."""
+
+    pk: int
+    tenant: str  # tenant_key
+    tenant_id: int
+    priority: int
+    created_at: datetime
+    workers: int
+    gpus: int
+    cpus: int
+    memory_mb: int
+    timeout_seconds: int | None
+    state_reason: str
+    queue_position: int | None
+    estimated_start_at: datetime | None
+
+
+QUEUED_COLUMNS = (
+    "pk",
+    "project__tenant__slug",
+    "project__tenant_id",
+    *QueuedJob._fields[3:],
+)
+
+
+# A waiting job's new reason, position and estimated start.
+Explained = tuple[QueuedJob, str, int | None, datetime | None]
+
+
+def queued_jobs(backend_name: str) -> list[QueuedJob]:
+    rows = (
+        Job.objects.filter(state=JobState.QUEUED, backend=backend_name)
+        .order_by("-priority", "created_at", "pk")
+        .values_list(*QUEUED_COLUMNS)
+    )
+    return [QueuedJob._make(row) for row in rows]
+
+
+def job_request(job: Job | QueuedJob, tenant: str) -> JobRequest:
     return JobRequest(
         id=str(job.pk),
-        tenant=tenant_key(job.project.tenant),
+        tenant=tenant,
         priority=job.priority,
         submit_time=job.created_at.timestamp(),
         workers=job.workers,
@@ -121,11 +173,12 @@ def node_placement(job: Job, nodes: list[Node]) -> dict[str, int]:
     return known
 
 
-def usage_history(tenants_by_id: dict, now: datetime, window_s: float) -> dict[str, float]:
-    """Decayed GPU-seconds per tenant, from jobs that finished within three windows."""
+def usage_history(keys_by_id: dict[int, str], now: datetime, window_s: float) -> dict[str, float]:
+    """Decayed GPU-seconds per tenant (id -> `tenant_key` given), from jobs that finished
+    within three windows."""
     since = now - timedelta(seconds=3 * window_s)
     rows = Job.objects.filter(
-        project__tenant_id__in=list(tenants_by_id),
+        project__tenant_id__in=list(keys_by_id),
         state__in=TERMINAL,
         finished_at__gte=since,
         started_at__isnull=False,
@@ -135,9 +188,7 @@ def usage_history(tenants_by_id: dict, now: datetime, window_s: float) -> dict[s
     for tenant_id, gpus, workers, started, finished in rows:
         seconds = max((finished - max(started, since)).total_seconds(), 0.0)
         age = max((now - finished).total_seconds(), 0.0)
-        history[tenant_key(tenants_by_id[tenant_id])] += (
-            gpus * workers * seconds * math.exp(-age / window_s)
-        )
+        history[keys_by_id[tenant_id]] += gpus * workers * seconds * math.exp(-age / window_s)
     return dict(history)
 
 
@@ -168,7 +219,7 @@ class Devices:
             self.gpus[node.name] = [i for i in indices[node.name] if i not in used_g[node.name]]
             self.cpus[node.name] = [s for s in range(int(node.cpus)) if s not in used_c[node.name]]
 
-    def assign(self, job: Job, nodes: dict[str, int]) -> dict | None:
+    def assign(self, job: Job | QueuedJob, nodes: dict[str, int]) -> dict | None:
         """Placement with devices for each rank, or None (and nothing taken) if short."""
         hosts = [name for name, count in nodes.items() for _ in range(count)]
         need_g: dict[str, int] = defaultdict(int)
@@ -222,7 +273,7 @@ def _plural(n: float, word: str) -> str:
     return f"{n:g} {word}{'' if n == 1 else 's'}"
 
 
-def cpu_or_memory_shortfall(job: Job, free: Free, where: str) -> str | None:
+def cpu_or_memory_shortfall(job: QueuedJob, free: Free, where: str) -> str | None:
     """The policy explains waits in GPUs; a job whose GPUs are free but which lacks CPUs or
     memory is told so instead ('waiting for 4 CPUs: 1 free on this machine')."""
     n = job.workers
@@ -244,8 +295,11 @@ def cpu_or_memory_shortfall(job: Job, free: Free, where: str) -> str | None:
 # --- words -----------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
 def in_words(code: str, message: str) -> str:
-    """The policy's message as Gantry shows it: job #ids, MiB, and plain 'never'."""
+    """The policy's message as Gantry shows it: job #ids, MiB, and plain 'never'.
+
+    Cached: a long queue repeats a few messages (one per job shape) in every pass."""
     message = re.sub(r"\bjob (\d+)\b", r"job #\1", message)
     message = re.sub(r"(\d) MB\b", r"\1 MiB", message)
     message = re.sub(
@@ -279,7 +333,7 @@ def never_runs(project, spec: dict, backend=None) -> tuple[str, str] | None:
     nodes = backend.nodes()
     tenant = project.tenant
     quota = quota_for(
-        tenant,
+        tenant_key(tenant),
         TenantQuota.objects.filter(tenant=tenant).first(),
         sum(n.gpus for n in nodes),
     )
@@ -311,17 +365,13 @@ def _serialize_passes() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADMISSION_LOCK])
 
 
-def _preemptor(why: str, jobs: dict[str, Job]) -> Job | None:
+def preemption_reason(why: str, tenant_of: dict[str, str]) -> str:
+    """'preempted for job #12 of lab-a (borrowed capacity reclaimed)' and the like;
+    `tenant_of` maps job ids to their `tenant_key`."""
     match = re.search(r"\bjob (\d+)\b", why)
-    return jobs.get(match.group(1)) if match else None
-
-
-def preemption_reason(why: str, jobs: dict[str, Job]) -> str:
-    """'preempted for job #12 of lab-a (borrowed capacity reclaimed)' and the like."""
-    winner = _preemptor(why, jobs)
-    if winner is None:
+    if match is None or match.group(1) not in tenant_of:
         return in_words("", why)
-    who = f"job #{winner.pk} of {tenant_key(winner.project.tenant)}"
+    who = f"job #{match.group(1)} of {tenant_of[match.group(1)]}"
     if "borrowed" in why:
         return f"preempted for {who} (borrowed capacity reclaimed)"
     return f"preempted for higher-priority {who}"
@@ -334,11 +384,7 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
 
     backend = backend or get_backend()
     _serialize_passes()
-    queue = list(
-        Job.objects.filter(state=JobState.QUEUED, backend=backend.name)
-        .select_related("project__tenant")
-        .order_by("-priority", "created_at", "pk")
-    )
+    queue = queued_jobs(backend.name)
     if not queue:
         return []
     now = now or timezone.now()
@@ -349,20 +395,21 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
     # Jobs already asked to stop for a preemption are left out: their resources are
     # promised to the jobs admitted in their place.
     running = [j for j in active if j.preempt_requested_at is None]
-    tenants = {j.project.tenant_id: j.project.tenant for j in queue + running}
+    tenants = {j.tenant_id: j.tenant for j in queue}  # id -> tenant_key
+    tenants.update((j.project.tenant_id, tenant_key(j.project.tenant)) for j in running)
     cluster_gpus = sum(n.gpus for n in nodes)
     snapshot = Snapshot(
         nodes=nodes,
-        quotas=quotas_for(tenants.values(), cluster_gpus),
+        quotas=quotas_by_id(tenants, cluster_gpus),
         running=[
             RunningJob(
-                job_request(j),
+                job_request(j, tenant_key(j.project.tenant)),
                 node_placement(j, nodes),
                 (j.started_at or j.admitted_at or now).timestamp(),
             )
             for j in running
         ],
-        pending=[job_request(j) for j in queue],
+        pending=[job_request(j, j.tenant) for j in queue],
         usage_history=usage_history(tenants, now, POLICY.usage_window_s),
     )
     decision = schedule(snapshot, now.timestamp(), POLICY)
@@ -372,28 +419,35 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
     victims = [(running_by_id[vid], why) for vid, why in decision.preempt if vid in running_by_id]
     victim_ids = {v.pk for v, _ in victims}
     devices = Devices(backend, nodes, [j for j in running if j.pk not in victim_ids])
-    for victim, why in victims:
-        services.preempt_job(victim, preemption_reason(why, {**queued_by_id, **running_by_id}))
+    if victims:
+        tenant_of = {jid: j.tenant for jid, j in queued_by_id.items()}
+        tenant_of.update((jid, tenant_key(j.project.tenant)) for jid, j in running_by_id.items())
+        for victim, why in victims:
+            services.preempt_job(victim, preemption_reason(why, tenant_of))
 
     quotas = snapshot.quotas
     used = defaultdict(int)
     for j in running:
         if j.pk not in victim_ids:
             used[tenant_key(j.project.tenant)] += j.gpus * j.workers
+    to_admit = Job.objects.select_related("project__tenant").in_bulk(
+        [queued_by_id[jid].pk for jid, _ in decision.admit]
+    )
     admitted: list[Job] = []
     short: dict[str, str] = {}
     for jid, nodes_of in decision.admit:
-        job = queued_by_id[jid]
-        placement = devices.assign(job, nodes_of)
+        queued = queued_by_id[jid]
+        placement = devices.assign(queued, nodes_of)
         if placement is None:
             short[jid] = f"waiting for devices to be released {backend.where}"
             continue
-        key = tenant_key(job.project.tenant)
-        used[key] += job.gpus * job.workers
+        key = queued.tenant
+        used[key] += queued.gpus * queued.workers
         reason = f"admitted {backend.where}"
-        if job.gpus and used[key] > quotas[key].guaranteed_gpus:
+        if queued.gpus and used[key] > quotas[key].guaranteed_gpus:
             reason += f" on idle GPUs borrowed beyond {key}'s guarantee (may be preempted)"
-        if transition(
+        job = to_admit.get(queued.pk)  # None: deleted since the queue was read
+        if job is not None and transition(
             job,
             JobState.ADMITTED,
             reason,
@@ -409,28 +463,44 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         cpus=sum(n.cpus for n in nodes) - sum(j.cpus * j.workers for j in holding),
         memory_mb=sum(n.memory_mb for n in nodes) - sum(j.memory_mb * j.workers for j in holding),
     )
+    explained: list[Explained] = []
     for jid, wait in decision.waiting.items():
-        job = queued_by_id[jid]
+        queued = queued_by_id[jid]
         reason = in_words(wait.code, wait.message)
         if wait.code in ("capacity", "gang"):
-            reason = cpu_or_memory_shortfall(job, free, backend.where) or reason
+            reason = cpu_or_memory_shortfall(queued, free, backend.where) or reason
         eta = (
             datetime.fromtimestamp(wait.estimated_start, tz=UTC)
             if wait.estimated_start is not None and math.isfinite(wait.estimated_start)
             else None
         )
-        _explain(job, reason, wait.position, eta)
-    for jid, reason in short.items():
-        _explain(queued_by_id[jid], reason, None, None)
+        explained.append((queued, reason, wait.position, eta))
+    explained.extend((queued_by_id[jid], reason, None, None) for jid, reason in short.items())
+    _explain(explained)
     return admitted
 
 
-def _explain(job: Job, reason: str, position: int | None, eta: datetime | None) -> None:
-    reason = reason[:500]
-    if eta is not None:
-        eta = eta.replace(microsecond=0)
-    if (job.state_reason, job.queue_position, job.estimated_start_at) == (reason, position, eta):
-        return
-    Job.objects.filter(pk=job.pk, state=JobState.QUEUED).update(
-        state_reason=reason, queue_position=position, estimated_start_at=eta
-    )
+def _explain(explained: list[Explained]) -> None:
+    """Write the reason, position and estimated start of waiting jobs where they changed.
+
+    One statement run over the changed rows, not an ORM update each: a job that moves up
+    a long queue shifts the position of every job behind it (a thousand single updates
+    took half a second).
+    """
+    eta_field = Job._meta.get_field("estimated_start_at")
+    changed = []
+    for job, reason, position, eta in explained:
+        reason = reason[:500]
+        if eta is not None:
+            eta = eta.replace(microsecond=0)
+        stored = (job.state_reason, job.queue_position, job.estimated_start_at)
+        if (reason, position, eta) != stored:
+            eta = eta_field.get_db_prep_value(eta, connection)
+            changed.append((reason, position, eta, job.pk, JobState.QUEUED))
+    if changed:
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {Job._meta.db_table} SET state_reason = %s, queue_position = %s, "
+                "estimated_start_at = %s WHERE id = %s AND state = %s",
+                changed,
+            )

@@ -9,7 +9,12 @@ from projects.models import Project
 def visible_projects(request):
     if request is None:
         return Project.objects.none()
-    return Project.objects.visible_to(request.user).select_related("tenant")
+    # The labels read tenant/slug (Project.__str__): nothing else is loaded.
+    return (
+        Project.objects.visible_to(request.user)
+        .select_related("tenant")
+        .only("id", "slug", "tenant__slug")
+    )
 
 
 class JobFilterSet(django_filters.FilterSet):

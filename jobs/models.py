@@ -102,6 +102,13 @@ class Job(models.Model):
                 include=["id"],
                 name="job_project_state_idx",
             ),
+            # Admission's fair-share history: GPU jobs that ran and finished recently
+            # (jobs.admission.usage_history). Without it every pass read the whole table.
+            models.Index(
+                fields=["finished_at"],
+                condition=models.Q(gpus__gt=0, started_at__isnull=False),
+                name="job_gpu_usage_idx",
+            ),
         ]
 
     def __str__(self):

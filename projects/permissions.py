@@ -10,9 +10,14 @@ a tenant member sees projects visible to the tenant as a viewer, and gets more
 only through a ProjectMember row. Superusers (lab administrators) may do all.
 """
 
+import time
 from typing import NamedTuple
 
+from django.conf import settings
+from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Q
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 
@@ -68,30 +73,110 @@ MATRIX: dict[str, Rule] = {
 }
 
 
+class Access(NamedTuple):
+    """What a user may reach: their tenant roles, explicit project roles and the ids of
+    every project they may view. Read on nearly every request, changed rarely."""
+
+    tenant_roles: dict[int, str]
+    project_roles: dict[int, str]
+    visible_projects: list[int]
+    tenants: list[tuple[int, str]]  # (id, name) of their tenants, by name
+
+
+# With a cache all processes share (Redis), a user's Access is kept there between
+# requests, tagged with a generation that every committed change to memberships or
+# projects moves on (projects.signals): a stale entry is never used, only replaced.
+ACCESS_GENERATION = "access:generation"
+ACCESS_TTL = 600
+
+
+def _access_key(user_id) -> str:
+    # Entries are plain tuples of Access's fields; the "2" changes with those fields, so
+    # a deployment never reads entries of another shape.
+    return f"access:2:user:{user_id}"
+
+
+def access_of(user) -> Access:
+    """The user's Access: once per request (kept on the user object), from the shared
+    cache when it is current, from the database otherwise (three small queries)."""
+    access = getattr(user, "_gantry_access", None)
+    if access is not None:
+        return access
+    shared = settings.GANTRY_ACCESS_CACHE
+    if shared:
+        found = cache.get_many([ACCESS_GENERATION, _access_key(user.pk)])
+        generation = found.get(ACCESS_GENERATION)
+        entry = found.get(_access_key(user.pk))
+        if generation is not None and entry is not None and entry[0] == generation:
+            user._gantry_access = Access(*entry[1])
+            return user._gantry_access
+        if generation is None:  # first use, or evicted: a new value no old entry carries
+            cache.add(ACCESS_GENERATION, time.time_ns(), None)
+            generation = cache.get(ACCESS_GENERATION)
+    access = _read_access(user)
+    # Inside a transaction the rows read may be this transaction's own uncommitted
+    # changes: used for this request, never shared.
+    if shared and generation is not None and not transaction.get_connection().in_atomic_block:
+        cache.set(_access_key(user.pk), (generation, tuple(access)), ACCESS_TTL)
+    user._gantry_access = access
+    return access
+
+
+def _read_access(user) -> Access:
+    from projects.models import Project
+
+    memberships = Membership.objects.filter(user=user).values_list("tenant_id", "role", "tenant__name")
+    tenant_roles = {tenant: role for tenant, role, _ in memberships}
+    project_roles = dict(
+        ProjectMember.objects.filter(user=user).values_list("project_id", "role")
+    )
+    admin_of = [t for t, role in tenant_roles.items() if role in (TenantRole.ADMIN, TenantRole.OWNER)]
+    visible = Project.objects.filter(
+        Q(tenant_id__in=admin_of)
+        | Q(tenant_id__in=list(tenant_roles), visibility=Visibility.TENANT)
+        | Q(tenant_id__in=list(tenant_roles), pk__in=list(project_roles))
+    )
+    return Access(
+        tenant_roles,
+        project_roles,
+        sorted(visible.values_list("pk", flat=True)),
+        sorted(((tenant, name) for tenant, _, name in memberships), key=lambda t: t[1]),
+    )
+
+
+def access_changed() -> None:
+    """Move the generation on, once the current transaction commits (now, outside one):
+    every cached Access becomes stale. Called by the signals of the models it reads."""
+    if settings.GANTRY_ACCESS_CACHE:
+        transaction.on_commit(_next_generation)
+
+
+def _next_generation() -> None:
+    try:
+        cache.incr(ACCESS_GENERATION)
+    except ValueError:  # not set yet (or evicted): a new value no entry carries
+        cache.set(ACCESS_GENERATION, time.time_ns(), None)
+
+
 def tenant_roles_of(user) -> dict[int, str]:
     """{tenant id: role} of the user's memberships."""
-    # Cached on the user object, which lives for one request.
-    if not hasattr(user, "_gantry_tenant_roles"):
-        user._gantry_tenant_roles = dict(
-            Membership.objects.filter(user=user).values_list("tenant_id", "role")
-        )
-    return user._gantry_tenant_roles
+    return access_of(user).tenant_roles
 
 
 def project_roles_of(user) -> dict[int, str]:
     """{project id: role} of the user's explicit project memberships."""
-    if not hasattr(user, "_gantry_project_roles"):
-        user._gantry_project_roles = dict(
-            ProjectMember.objects.filter(user=user).values_list("project_id", "role")
-        )
-    return user._gantry_project_roles
+    return access_of(user).project_roles
+
+
+def visible_project_ids(user) -> list[int]:
+    """Ids of the projects the user may at least view (not for superusers: they see all)."""
+    return access_of(user).visible_projects
 
 
 def forget_roles(user) -> None:
-    """Drop cached roles after a membership change in the same request."""
-    for attr in ("_gantry_tenant_roles", "_gantry_project_roles"):
-        if hasattr(user, attr):
-            delattr(user, attr)
+    """Drop the request's Access after a membership change in the same request."""
+    if hasattr(user, "_gantry_access"):
+        del user._gantry_access
 
 
 def tenant_role(user, tenant) -> str | None:

@@ -1,5 +1,6 @@
 from django import forms, template
 from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html_join
 
 from projects.permissions import can as matrix_can
 
@@ -27,6 +28,26 @@ def navigation(context):
             continue
         items.append({"label": label, "url": url, "icon": icon, "active": current.startswith(url)})
     return items
+
+
+@register.simple_tag
+def filter_options(form, name):
+    """The `<option>`s of a list page's choice filter, its current value selected.
+
+    The same markup a loop in the template made, in a fraction of the time: the loop
+    asked the form for the field's value once per option.
+    """
+    bound = form[name]
+    current = bound.value()
+    current = "" if current is None else str(current)
+    return format_html_join(
+        "",
+        '<option value="{}"{}>{}</option>',
+        (
+            (value, " selected" if str(value) == current else "", label)
+            for value, label in bound.field.choices
+        ),
+    )
 
 
 @register.simple_tag(takes_context=True)

@@ -94,3 +94,31 @@ def test_no_limit_and_websockets_pass_through():
 
     run(ConcurrencyLimit(websocket_app, 1)({"type": "websocket"}, None, None))
     assert seen == ["websocket"]
+
+
+def test_long_lived_objects_are_frozen_once_after_warm_up():
+    """FreezeLongLivedObjects: after the process's first `after` HTTP requests (not
+    websockets) what it holds leaves the collector's generations, once."""
+    import gc
+
+    from core.asgi import FreezeLongLivedObjects
+
+    async def app(scope, receive, send):
+        pass
+
+    wrapped = FreezeLongLivedObjects(app, after=3)
+    gc.unfreeze()
+    try:
+        for _ in range(5):
+            run(wrapped({"type": "websocket"}, None, None))
+        run(wrapped({"type": "http"}, None, None))
+        run(wrapped({"type": "http"}, None, None))
+        assert gc.get_freeze_count() == 0
+        run(wrapped({"type": "http"}, None, None))
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        gc.unfreeze()
+        run(wrapped({"type": "http"}, None, None))
+        assert gc.get_freeze_count() == 0  # only once
+    finally:
+        gc.unfreeze()

@@ -14,6 +14,7 @@ from io import StringIO
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.urls import reverse
 
 from cluster.services import set_tenant_quota
@@ -230,6 +231,32 @@ def test_a_queued_job_whose_quota_shrank_says_it_can_never_run(owner, tenant, pr
     job = fresh(job)
     assert job.state == "queued"
     assert job.state_reason.endswith("— it can never run as submitted")
+
+
+def test_a_pass_rewrites_only_the_waiting_jobs_whose_place_changed(owner, project):
+    blocker = submit(owner, project, gpus=4)
+    assert admission_pass() == [blocker]
+    first, second, third, fourth = [submit(owner, project, gpus=4) for _ in range(4)]
+    admission_pass()
+    assert [fresh(j).queue_position for j in (first, second, third, fourth)] == [1, 2, 3, 4]
+
+    services.cancel_job(owner, fresh(second))
+    rows_written = []
+
+    def record(execute, sql, params, many, context):
+        if sql.startswith("UPDATE"):
+            rows_written.extend(params if many else [params])
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        assert admission_pass() == []
+    assert [fresh(j).queue_position for j in (first, third, fourth)] == [1, 2, 3]
+    assert len(rows_written) == 2  # third and fourth moved up; first is where it was
+    assert fresh(fourth).state_reason == fresh(third).state_reason != ""
+
+    with connection.execute_wrapper(record):
+        admission_pass()
+    assert len(rows_written) == 2  # nothing changed, nothing written
 
 
 def test_the_head_of_the_queue_gets_an_estimated_start_from_running_jobs_timeouts(
