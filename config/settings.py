@@ -193,7 +193,7 @@ if REDIS_URL:
         }
     }
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {"BACKEND": "core.cache.SharedPoolRedisCache", "LOCATION": REDIS_URL}
     }
     # Sessions read from Redis, written through to the database. Only with a shared
     # cache: a per-process one would keep a signed-out session alive in other processes.
