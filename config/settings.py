@@ -341,7 +341,7 @@ REST_FRAMEWORK = {
         "core.parsers.MultiPartParser",
     ],
     "PAGE_SIZE": 50,
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["core.api.FilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"token_create": "30/hour"},

@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, pagination, permissions, serializers
 
 from projects.permissions import AUTHENTICATED, MATRIX_VIEW_OF, can
@@ -40,6 +41,30 @@ class Pagination(pagination.PageNumberPagination):
             elif parameter["name"] == self.page_query_param:
                 parameter["schema"] = {"type": "integer", "minimum": 1}
         return parameters
+
+
+class FilterBackend(DjangoFilterBackend):
+    """django-filter's backend, which leaves a list alone when its query names no filter.
+
+    Building the filter form deep-copies every field and its choices (a third of a
+    millisecond per choice filter), and with no filter given it changes nothing:
+    every filter skips an empty value. A parameter that starts with a filter's name
+    still goes through the form (a range filter reads `name_min`, say), and so does a
+    filter set with a required filter, so nothing that would filter, or be refused as
+    invalid, is skipped.
+    """
+
+    def filter_queryset(self, request, queryset, view):
+        filterset_class = self.get_filterset_class(view, queryset)
+        if filterset_class is not None and not any(
+            param.startswith(name)
+            for param in request.query_params
+            for name in filterset_class.base_filters
+        ):
+            filters = filterset_class.base_filters.values()
+            if not any(f.extra.get("required") for f in filters):
+                return queryset
+        return super().filter_queryset(request, queryset, view)
 
 
 class VisibleRelatedField(serializers.PrimaryKeyRelatedField):

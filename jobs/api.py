@@ -10,6 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from core.api import VisibleRelatedField
+from core.links import object_url
 from core.paging import DeferredJoinPagination
 from jobs import services
 from jobs.filters import JobFilterSet
@@ -154,41 +155,46 @@ class JobListSerializer(JobSerializer):
         ]
         read_only_fields = fields
 
-    def to_representation(self, job):
-        # The same output as the declared fields (tests/jobs/test_api_list.py compares
-        # them), built directly: DRF's generic per-field path was a third of the list's
-        # time at 50 rows. Dates are written as DRF's DateTimeField writes them (ISO 8601
-        # in the current time zone, "Z" for UTC), without its per-value lookups.
+    def to_representation(self, row):
+        """A row of `Job.objects.values(*JOB_LIST_COLUMNS)` as the declared fields write it.
+
+        tests/jobs/test_api_list.py compares the two. Built directly, from plain rows:
+        DRF's generic per-field path was a third of the list's time at 50 rows, and
+        model instances (a job, its project, user and image record each) another
+        sixth. Dates are written as DRF's DateTimeField writes them (ISO 8601 in the
+        current time zone, "Z" for UTC), without its per-value lookups.
+        """
         if not hasattr(self, "_date"):
             self._date = iso_datetime_in(timezone.get_current_timezone())
         date = self._date
-        record = getattr(job, "image_record", None)
         return {
-            "id": job.pk,
-            "url": job.get_absolute_url(),
-            "tenant": job.project.tenant_id,
-            "project": job.project_id,
-            "name": job.name,
-            "kind": job.kind,
-            "state": job.state,
-            "state_reason": job.state_reason,
-            "created_by": job.created_by.username if job.created_by_id else None,
-            "gpus": job.gpus,
-            "workers": job.workers,
-            "priority": job.priority,
-            "attempt": job.attempt,
-            "created_at": date(job.created_at),
-            "started_at": date(job.started_at) if job.started_at else None,
-            "finished_at": date(job.finished_at) if job.finished_at else None,
-            "queue_position": job.queue_position,
-            "estimated_start_at": date(job.estimated_start_at) if job.estimated_start_at else None,
-            "image": record.image_id if record else None,
-            "image_reference": record.reference if record else None,
-            "image_digest": (record.digest or None) if record else None,
+            "id": row["id"],
+            "url": object_url("jobs:job_detail", row["id"]),
+            "tenant": row["project__tenant_id"],
+            "project": row["project_id"],
+            "name": row["name"],
+            "kind": row["kind"],
+            "state": row["state"],
+            "state_reason": row["state_reason"],
+            "created_by": row["created_by__username"],
+            "gpus": row["gpus"],
+            "workers": row["workers"],
+            "priority": row["priority"],
+            "attempt": row["attempt"],
+            "created_at": date(row["created_at"]),
+            "started_at": date(row["started_at"]) if row["started_at"] else None,
+            "finished_at": date(row["finished_at"]) if row["finished_at"] else None,
+            "queue_position": row["queue_position"],
+            "estimated_start_at": (
+                date(row["estimated_start_at"]) if row["estimated_start_at"] else None
+            ),
+            "image": row["image_record__image_id"],
+            "image_reference": row["image_record__reference"],  # None without a record
+            "image_digest": row["image_record__digest"] or None,
         }
 
 
-# What JobListSerializer reads: the list loads only these columns.
+# What JobListSerializer reads: the list loads these columns as plain rows.
 JOB_LIST_COLUMNS = [
     "id",
     "project_id",
@@ -291,9 +297,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         queryset = Job.objects.visible_to(self.request.user)
         if self.action == "list":
-            return queryset.select_related("project", "created_by", "image_record").only(
-                *JOB_LIST_COLUMNS
-            )
+            return queryset.values(*JOB_LIST_COLUMNS)
         queryset = queryset.select_related("project", "created_by", "image_record__image")
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("worker_set", "events__actor")

@@ -40,13 +40,17 @@ def filter_options(form, name):
     bound = form[name]
     current = bound.value()
     current = "" if current is None else str(current)
+    field = bound.field
+    choices = field.choices
+    if isinstance(field, forms.ModelChoiceField):
+        # One plain query: Django's choice iterator reads the rows through .iterator(),
+        # which on PostgreSQL is a server-side cursor (three round trips, not one).
+        rows = [(field.prepare_value(obj), field.label_from_instance(obj)) for obj in field.queryset]
+        choices = rows if field.empty_label is None else [("", field.empty_label), *rows]
     return format_html_join(
         "",
         '<option value="{}"{}>{}</option>',
-        (
-            (value, " selected" if str(value) == current else "", label)
-            for value, label in bound.field.choices
-        ),
+        ((value, " selected" if str(value) == current else "", label) for value, label in choices),
     )
 
 
