@@ -297,11 +297,15 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         queryset = Job.objects.visible_to(self.request.user)
         if self.action == "list":
-            return queryset.values(*JOB_LIST_COLUMNS)
+            return queryset  # filtered and counted on the jobs table; page_rows reads the page
         queryset = queryset.select_related("project", "created_by", "image_record__image")
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("worker_set", "events__actor")
         return queryset
+
+    def page_rows(self, page):
+        """A list page's jobs as plain rows (JobListSerializer), joined for these rows only."""
+        return page.values(*JOB_LIST_COLUMNS)
 
     def get_serializer_class(self):
         if self.action == "create":
