@@ -450,8 +450,9 @@ GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
 # Kicked admission passes (after submits, cancels, finished jobs) start at most this often.
 GANTRY_ADMISSION_KICK_SECONDS = _get("float", "GANTRY_ADMISSION_KICK_SECONDS", 1.0)
 # HTTP requests each web process runs at once (core/asgi.py); the rest wait their turn.
-# 2 keeps one view on the CPU while the other waits for PostgreSQL; at 50 users, p99
-# was 90 ms with 2 and 100-130 ms with 4 (bench/load.py, two runs each).
+# 2 keeps one view on the CPU while the other waits for PostgreSQL. bench/load.py at
+# 50 users, runs side by side: p99 90 and 92 ms with 2, 130 and 100 ms with 4 (noisy:
+# a later run with 2 gave 120).
 GANTRY_REQUEST_CONCURRENCY = _get("int", "GANTRY_REQUEST_CONCURRENCY", 2)
 if GANTRY_REQUEST_CONCURRENCY < 0:
     _fail("GANTRY_REQUEST_CONCURRENCY", "a number of requests, 0 (no limit) or more")

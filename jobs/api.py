@@ -161,7 +161,7 @@ class JobListSerializer(JobSerializer):
         tests/jobs/test_api_list.py compares the two. Built directly, from plain rows:
         DRF's generic per-field path was a third of the list's time at 50 rows, and
         model instances (a job, its project, user and image record each) another
-        sixth. Dates are written as DRF's DateTimeField writes them (ISO 8601 in the
+        eighth. Dates are written as DRF's DateTimeField writes them (ISO 8601 in the
         current time zone, "Z" for UTC), without its per-value lookups.
         """
         if not hasattr(self, "_date"):
