@@ -304,8 +304,9 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return queryset
 
     def page_rows(self, page):
-        """A list page's jobs as plain rows (JobListSerializer), joined for these rows only."""
-        return page.values(*JOB_LIST_COLUMNS)
+        """A list page's jobs as plain rows (JobListSerializer), joined for these rows only.
+        Other actions' pages (a job's metrics) are theirs as they come."""
+        return page.values(*JOB_LIST_COLUMNS) if self.action == "list" else page
 
     def get_serializer_class(self):
         if self.action == "create":

@@ -78,3 +78,21 @@ def test_job_list_reads_what_it_shows_in_a_fixed_number_of_queries(
     assert by_id[jobs[0].pk]["image"] is None and by_id[jobs[0].pk]["image_reference"] == "gone/image:1"
     assert by_id[jobs[1].pk]["finished_at"].endswith("Z") and by_id[jobs[1].pk]["name"] == "done ✓"
     assert waiting["url"] == f"/jobs/{jobs[2].pk}/"
+
+
+def test_a_jobs_metrics_page_through_the_same_pagination(jobs, owner):
+    """The viewset's pagination makes plain rows for the job list only; a job's metrics
+    come through it as points."""
+    from jobs.models import MetricPoint
+
+    job = jobs[0]
+    MetricPoint.objects.bulk_create(
+        MetricPoint(job=job, worker=0, seq=step, name=name, step=step, value=step / 10, ts=timezone.now())
+        for step in range(3)
+        for name in ("loss", "accuracy")
+    )
+    api = APIClient()
+    api.force_authenticate(owner)
+    body = api.get(f"/api/v1/jobs/{job.pk}/metrics/?name=loss&page_size=2").json()
+    assert body["count"] == 3
+    assert [(p["name"], p["step"], p["value"]) for p in body["results"]] == [("loss", 0, 0.0), ("loss", 1, 0.1)]
