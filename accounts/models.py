@@ -117,6 +117,17 @@ class ApiTokenQuerySet(models.QuerySet):
             return self.none()
         return self.filter(user=user)
 
+    def update(self, **kwargs):
+        """A write other than a last use makes cached tokens stale (accounts.signals)."""
+        rows = super().update(**kwargs)
+        if rows and set(kwargs) != {"last_used_at"}:
+            from accounts.signals import tokens_changed
+
+            tokens_changed()
+        return rows
+
+    update.alters_data = True
+
     def active(self):
         now = timezone.now()
         return self.filter(revoked_at__isnull=True).filter(

@@ -464,6 +464,11 @@ GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 GANTRY_ACCESS_CACHE = _get("bool", "GANTRY_ACCESS_CACHE", bool(REDIS_URL))
 if GANTRY_ACCESS_CACHE and not REDIS_URL:
     _fail("GANTRY_ACCESS_CACHE", "needs REDIS_URL (a cache every process shares)")
+# API job lists answered from Redis while no job and no access has changed since
+# (core.listcache). Its entries are tagged with the access cache's generation.
+GANTRY_LIST_CACHE = _get("bool", "GANTRY_LIST_CACHE", GANTRY_ACCESS_CACHE)
+if GANTRY_LIST_CACHE and not GANTRY_ACCESS_CACHE:
+    _fail("GANTRY_LIST_CACHE", "needs GANTRY_ACCESS_CACHE (its entries carry the access generation)")
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
 GANTRY_JOB_GRACE_SECONDS = _get("int", "GANTRY_JOB_GRACE_SECONDS", 10)
 GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = _get("int", "GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS", 300)

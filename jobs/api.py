@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from core.api import VisibleRelatedField
 from core.links import object_url
+from core.listcache import CachedListMixin
 from core.paging import DeferredJoinPagination
 from jobs import services
 from jobs.filters import JobFilterSet
@@ -279,10 +280,11 @@ class ArtifactSerializer(serializers.ModelSerializer):
         return reverse("artifact-download", args=[artifact.pk])
 
 
-class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Job.objects.none()
     filterset_class = JobFilterSet
     pagination_class = DeferredJoinPagination
+    list_generations = ("jobs",)
     permission_actions = {
         "list": "job.view",
         "retrieve": "job.view",

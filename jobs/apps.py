@@ -9,7 +9,7 @@ class JobsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from jobs import tasks
+        from jobs import signals, tasks  # noqa: F401
 
         post_migrate.connect(tasks.register_schedules, sender=self)
         post_spawn.connect(tasks.on_worker_spawn, dispatch_uid="jobs.adopt")

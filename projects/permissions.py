@@ -10,18 +10,17 @@ a tenant member sees projects visible to the tenant as a viewer, and gets more
 only through a ProjectMember row. Superusers (lab administrators) may do all.
 """
 
-import time
 from typing import NamedTuple
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Q
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from accounts.models import Membership, TenantRole
+from core import generations
 from projects.models import ProjectMember, ProjectRole, Visibility
 
 TENANT = "tenant"
@@ -86,7 +85,7 @@ class Access(NamedTuple):
 # With a cache all processes share (Redis), a user's Access is kept there between
 # requests, tagged with a generation that every committed change to memberships or
 # projects moves on (projects.signals): a stale entry is never used, only replaced.
-ACCESS_GENERATION = "access:generation"
+ACCESS_GENERATION = generations.key("access")
 ACCESS_TTL = 600
 
 
@@ -104,20 +103,14 @@ def access_of(user) -> Access:
         return access
     shared = settings.GANTRY_ACCESS_CACHE
     if shared:
-        found = cache.get_many([ACCESS_GENERATION, _access_key(user.pk)])
-        generation = found.get(ACCESS_GENERATION)
+        current, found = generations.read(["access"], _access_key(user.pk))
         entry = found.get(_access_key(user.pk))
-        if generation is not None and entry is not None and entry[0] == generation:
+        if entry is not None and entry[0] == current[0]:
             user._gantry_access = Access(*entry[1])
             return user._gantry_access
-        if generation is None:  # first use, or evicted: a new value no old entry carries
-            cache.add(ACCESS_GENERATION, time.time_ns(), None)
-            generation = cache.get(ACCESS_GENERATION)
     access = _read_access(user)
-    # Inside a transaction the rows read may be this transaction's own uncommitted
-    # changes: used for this request, never shared.
-    if shared and generation is not None and not transaction.get_connection().in_atomic_block:
-        cache.set(_access_key(user.pk), (generation, tuple(access)), ACCESS_TTL)
+    if shared and generations.storable(current):
+        cache.set(_access_key(user.pk), (current[0], tuple(access)), ACCESS_TTL)
     user._gantry_access = access
     return access
 
@@ -145,17 +138,10 @@ def _read_access(user) -> Access:
 
 
 def access_changed() -> None:
-    """Move the generation on, once the current transaction commits (now, outside one):
-    every cached Access becomes stale. Called by the signals of the models it reads."""
+    """Every cached Access becomes stale once the current transaction commits (now,
+    outside one). Called by the signals of the models it reads."""
     if settings.GANTRY_ACCESS_CACHE:
-        transaction.on_commit(_next_generation)
-
-
-def _next_generation() -> None:
-    try:
-        cache.incr(ACCESS_GENERATION)
-    except ValueError:  # not set yet (or evicted): a new value no entry carries
-        cache.set(ACCESS_GENERATION, time.time_ns(), None)
+        generations.changed("access")
 
 
 def tenant_roles_of(user) -> dict[int, str]:
