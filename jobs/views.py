@@ -1,3 +1,5 @@
+from functools import partial
+
 from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.core.exceptions import ValidationError
@@ -9,6 +11,7 @@ from django.urls import reverse
 from django.utils.timesince import timeuntil
 from django.utils.timezone import localtime
 
+from core.links import object_url
 from core.paging import DeferredJoinPaginator
 from core.views import GantryView, ObjectDetailView, ObjectListView, ServiceFormView
 from jobs import services
@@ -16,7 +19,7 @@ from jobs.filters import JobFilterSet
 from jobs.forms import FORMS, TrainJobForm, initial_from_job
 from jobs.models import Artifact, Job, JobKind, MetricPoint
 from jobs.queries import iter_interleaved, iter_lines
-from jobs.states import JobState
+from jobs.states import BADGES, JobState
 from projects.models import Project
 from projects.permissions import get_object_for_user
 
@@ -25,37 +28,48 @@ COMPARE_MAX_JOBS = 12
 COMPARE_MAX_POINTS = 5000  # per job; longer series are thinned evenly
 
 
-# What a row of the job table shows (jobs/_job_table.html), and the columns it needs.
+# What a row of the job table shows (jobs/_job_table.html), read as plain values.
 JOB_ROW_COLUMNS = [
     "id", "name", "kind", "state", "state_reason", "queue_position", "estimated_start_at",
-    "workers", "gpus", "cpus", "memory_mb", "created_at", "project__slug",
+    "workers", "gpus", "cpus", "memory_mb", "created_at", "project_id", "project__slug",
     "project__tenant__slug", "created_by__username", "created_by__first_name",
     "created_by__last_name",
 ]
+STATE_LABELS = dict(JobState.choices)
 
 
-def job_row(job) -> dict:
-    """A job as the table's row reads it. Plain values: the template engine resolves a
-    dictionary key at once, where a model attribute costs it a failed item lookup
-    first (the table took 8 ms for 50 jobs, 3 ms like this)."""
-    queued = job.state == JobState.QUEUED and job.queue_position
+def job_row(row: dict) -> dict:
+    """A row of `values(*JOB_ROW_COLUMNS)` as the table reads it. Plain values: the
+    template engine resolves a dictionary key at once, where a model attribute costs it
+    a failed item lookup first, and a page of model instances (each job with its
+    project, tenant and user) cost more to build than to show."""
+    state = row["state"]
+    queued = state == JobState.QUEUED and row["queue_position"]
+    creator = row["created_by__username"]
+    if creator:  # as User.__str__: the full name, else the username
+        creator = f"{row['created_by__first_name']} {row['created_by__last_name']}".strip() or creator
     return {
-        "pk": job.pk,
-        "url": job.get_absolute_url(),
-        "name": job.name,
-        "kind": job.kind,
-        "state_badge": job.state_badge,
-        "state_label": job.get_state_display(),
-        "state_reason": job.state_reason,
-        "queue_position": job.queue_position if queued else None,
-        "starts_in": timeuntil(job.estimated_start_at) if queued and job.estimated_start_at else "",
-        "project": str(job.project),
-        "project_url": job.project.get_absolute_url(),
-        "resources": (f"{job.workers} × " if job.workers > 1 else "")
-        + f"{job.gpus} GPU · {job.cpus} CPU · {job.memory_mb} MiB",
-        "created_by": str(job.created_by) if job.created_by_id else "—",
-        "created_at": localtime(job.created_at).strftime("%Y-%m-%d %H:%M"),
+        "pk": row["id"],
+        "url": object_url("jobs:job_detail", row["id"]),
+        "name": row["name"],
+        "kind": row["kind"],
+        "state_badge": BADGES.get(state, "text-bg-secondary"),
+        "state_label": STATE_LABELS.get(state, state),
+        "state_reason": row["state_reason"],
+        "queue_position": row["queue_position"] if queued else None,
+        "starts_in": timeuntil(row["estimated_start_at"]) if queued and row["estimated_start_at"] else "",
+        "project": f"{row['project__tenant__slug']}/{row['project__slug']}",
+        "project_url": object_url("projects:project_detail", row["project_id"]),
+        "resources": (f"{row['workers']} × " if row["workers"] > 1 else "")
+        + f"{row['gpus']} GPU · {row['cpus']} CPU · {row['memory_mb']} MiB",
+        "created_by": creator or "—",
+        "created_at": localtime(row["created_at"]).strftime("%Y-%m-%d %H:%M"),
     }
+
+
+def job_rows(page):
+    """The page's jobs as table rows, joined for these rows only (core.paging)."""
+    return [job_row(row) for row in page.values(*JOB_ROW_COLUMNS)]
 
 
 class JobListView(ObjectListView):
@@ -64,21 +78,13 @@ class JobListView(ObjectListView):
     filterset_class = JobFilterSet
     template_name = "jobs/job_list.html"
     partial_template_name = "jobs/_job_table.html"
-    paginator_class = DeferredJoinPaginator
+    paginator_class = partial(DeferredJoinPaginator, rows=job_rows)
 
     def get_queryset(self):
-        queryset = (
-            super()
-            .get_queryset()
-            .select_related("project__tenant", "created_by")
-            .only(*JOB_ROW_COLUMNS)
-        )
+        queryset = super().get_queryset()
         if self.request.tenant and "project" not in self.request.GET:
             queryset = queryset.filter(project__tenant=self.request.tenant)
         return queryset
-
-    def present(self, jobs):
-        return [job_row(job) for job in jobs]
 
     def get_extra_context(self):
         project = self.request.GET.get("project", "")

@@ -4,6 +4,7 @@ import pytest
 from django.urls import reverse
 
 from accounts import services as account_services
+from accounts.models import Membership
 from jobs import services
 from jobs.forms import parse_pairs
 from jobs.models import Job
@@ -227,9 +228,30 @@ def test_job_list_filters(client_for, owner, project):
     services.submit_job(owner, project, kind="notebook", name="lab")
     client = client_for(owner)
     page = client.get(reverse("jobs:job_list") + "?kind=notebook")
-    assert [j.name for j in page.context["objects"]] == ["lab"]
+    assert [row["name"] for row in page.context["rows"]] == ["lab"]
     partial = client.get(reverse("jobs:job_list") + "?q=alpha", HTTP_HX_REQUEST="true")
     assert b"alpha" in partial.content and b"<html" not in partial.content
+
+
+def test_job_table_rows_say_what_the_models_say(client_for, owner, member, project):
+    """The table's rows are built from plain values (jobs.views.job_row): each cell as
+    the model would print it (names as User.__str__, projects as Project.__str__)."""
+    membership = Membership.objects.get(tenant=project.tenant, user=member)
+    account_services.change_member_role(actor=owner, membership=membership, role="admin")
+    member.first_name, member.last_name = "Max", "Planck"
+    member.save()
+    by_owner = services.submit_job(owner, project, name="plain", command="python a.py")
+    Job.objects.filter(pk=by_owner.pk).update(workers=2, gpus=1)
+    by_member = services.submit_job(member, project, name="named", command="python b.py")
+    Job.objects.filter(pk=by_member.pk).update(queue_position=3)
+    rows = {row["name"]: row for row in client_for(owner).get(reverse("jobs:job_list")).context["rows"]}
+    plain, named = rows["plain"], rows["named"]
+    assert (plain["created_by"], named["created_by"]) == (str(owner), "Max Planck")
+    assert plain["project"] == str(project) and plain["project_url"] == project.get_absolute_url()
+    assert plain["url"] == by_owner.get_absolute_url()
+    assert plain["resources"] == "2 × 1 GPU · 1 CPU · 1024 MiB"
+    assert (plain["state_label"], plain["state_badge"]) == (by_owner.get_state_display(), by_owner.state_badge)
+    assert named["queue_position"] == 3
 
 
 def test_notebook_target_is_none_until_the_notebook_runs(owner, project):
