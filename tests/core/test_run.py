@@ -57,6 +57,10 @@ def test_serve_brings_up_web_and_worker_and_the_demo_login_works(tmp_path):
         # The background worker is running beside the web server.
         children = subprocess.run(["pgrep", "-f", "-s", str(os.getpgid(server.pid)), "qcluster"], capture_output=True, text=True).stdout
         assert children.strip(), "no qcluster process under `serve`"
+        # ...behind the web server for the CPU (serve.WORKER_NICENESS), the web at its own.
+        web = subprocess.run(["pgrep", "-f", "-s", str(os.getpgid(server.pid)), "uvicorn"], capture_output=True, text=True).stdout
+        assert {os.getpriority(os.PRIO_PROCESS, int(pid)) for pid in children.split()} == {min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)}
+        assert {os.getpriority(os.PRIO_PROCESS, int(pid)) for pid in web.split()} == {os.getpriority(os.PRIO_PROCESS, 0)}
     finally:
         os.killpg(os.getpgid(server.pid), signal.SIGTERM)
         try:

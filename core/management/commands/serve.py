@@ -14,6 +14,8 @@ import time
 
 from django.core.management.base import BaseCommand
 
+WORKER_NICENESS = 10
+
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -56,7 +58,11 @@ class Command(BaseCommand):
                 )
                 sock.close()  # the child has its copy
         if not no_worker:
-            children["worker"] = subprocess.Popen([python, "manage.py", "qcluster"])
+            # Behind the web processes for the CPU (and so are the local jobs it starts):
+            # an admission pass or a job's start-up must not stall the pages people wait on.
+            children["worker"] = subprocess.Popen(
+                [python, "manage.py", "qcluster"], preexec_fn=lambda: os.nice(WORKER_NICENESS)
+            )
         self.stdout.write(self.style.SUCCESS(f"\n  Gantry is up at http://{host}:{port}/\n"))
 
         stopping = False
