@@ -101,6 +101,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Repeated API lists asked with a token answered before anything else (core/listcache.py).
+    "core.listcache.ListCacheDoorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "core.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",

@@ -13,20 +13,31 @@ Nothing read inside a transaction is kept (it may be the transaction's own uncom
 rows). Answers carry an ETag: a client that sends it back in If-None-Match gets 304
 while the list is unchanged. `Cache-Control: no-cache` asks for a fresh answer.
 Controlled by GANTRY_LIST_CACHE (on with Redis).
+
+Scripts ask with a personal API token and no cookie. Their repeated lists are answered
+at the door (`ListCacheDoorMiddleware`, first in MIDDLEWARE), before sessions, CSRF,
+URL resolution and DRF: the whole response is kept by the token's hash and the request
+(URL, host, Accept), tagged with the "auth" generation too (every change to a token or
+a user moves it on: a revoked token or a deactivated user is never answered there) and
+the token's expiry, checked on each use. One round trip to Redis answers it.
 """
 
 import hashlib
 
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpResponse
+from django.core.exceptions import DisallowedHost
+from django.http import HttpResponse, HttpResponseNotModified
 from django.utils import timezone, translation
 from rest_framework import status
 from rest_framework.response import Response
 
+from accounts.models import ApiToken
 from core import generations
 
 TTL = 30
+# Every list's generation names (CachedListMixin.list_generations): the door reads them all.
+LIST_GENERATIONS: set[str] = set()
 
 
 def changed(name: str) -> None:
@@ -40,6 +51,10 @@ class CachedListMixin:
     given to `changed`) and the access generation stay where they were."""
 
     list_generations: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        LIST_GENERATIONS.update(cls.list_generations)
 
     def list(self, request, *args, **kwargs):
         # Kept as the JSON sent (the browsable API's pages carry a CSRF token: not kept).
@@ -63,7 +78,10 @@ class CachedListMixin:
         if etag in request.headers.get("If-None-Match", ""):
             return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
         # Sent as it was kept: encoding the page's JSON again was an eighth of a hit's time.
-        return HttpResponse(content, content_type=request.accepted_renderer.media_type, headers={"ETag": etag})
+        response = HttpResponse(content, content_type=request.accepted_renderer.media_type, headers={"ETag": etag})
+        if isinstance(request.auth, ApiToken):
+            response.door_expires = (request.auth.expires_at,)  # may be kept at the door
+        return response
 
     def _list_cache_key(self, request) -> str:
         # Links and dates in the answer depend on the host, the language and the time zone;
@@ -76,3 +94,57 @@ class CachedListMixin:
         ])
         digest = hashlib.blake2b(what.encode(), digest_size=16).hexdigest()
         return f"list:2:{self.basename}:{request.user.pk}:{digest}"
+
+
+def _door_tags() -> tuple[str, ...]:
+    return ("auth", "access", *sorted(LIST_GENERATIONS))
+
+
+def door_key(request) -> str | None:
+    """Where a GET of the API with a personal token and no cookie is kept at the door."""
+    if request.method != "GET" or request.META.get("HTTP_COOKIE") or not request.path.startswith("/api/"):
+        return None
+    scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if scheme.lower() not in ("bearer", "token") or not token.startswith(ApiToken.PREFIX):
+        return None
+    if "no-cache" in request.META.get("HTTP_CACHE_CONTROL", ""):
+        return None
+    try:
+        url = request.build_absolute_uri()
+    except DisallowedHost:
+        return None  # the middleware behind answers 400
+    what = "|".join([ApiToken.hash_key(token.strip()), url, request.META.get("HTTP_ACCEPT", ""),
+                     request.META.get("HTTP_ACCEPT_LANGUAGE", "")])
+    return "door:1:" + hashlib.blake2b(what.encode(), digest_size=16).hexdigest()
+
+
+class ListCacheDoorMiddleware:
+    """First in MIDDLEWARE: a token's repeated API list answered from Redis in one round
+    trip, or, on the way out, a list response CachedListMixin marked kept for next time.
+
+    Kept whole (status, headers, body) as the middleware behind made it, so a hit answers
+    exactly as a miss would. Not kept: responses that set a cookie, or streamed ones.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        key = door_key(request) if settings.GANTRY_LIST_CACHE else None
+        if key is None:
+            return self.get_response(request)
+        current, found = generations.read(_door_tags(), key)
+        entry = found.get(key)
+        if entry is not None:
+            tags, expires_at, etag, headers, content = entry
+            if tags == current and (expires_at is None or expires_at > timezone.now()):
+                if etag and etag in request.META.get("HTTP_IF_NONE_MATCH", ""):
+                    return HttpResponseNotModified(headers={"ETag": etag})
+                return HttpResponse(content, headers=headers)
+        response = self.get_response(request)
+        kept = getattr(response, "door_expires", None)
+        if (kept is not None and response.status_code == 200 and not response.streaming
+                and not response.cookies and generations.storable(current)):
+            headers = dict(response.items())
+            cache.set(key, (current, kept[0], response.get("ETag"), headers, response.content), TTL)
+        return response

@@ -6,6 +6,8 @@ generations move on commit. The SQLite pass has no Redis: the process's own cach
 stands in for it, which is enough for one process.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -143,3 +145,85 @@ def test_off_without_the_setting(settings, owner, job):
     with CaptureQueriesContext(connection) as queries:
         response = api.get(URL)
     assert "ETag" not in response and any("jobs_job" in q["sql"] for q in queries)
+
+
+# --- at the door: token requests answered before sessions, CSRF and DRF ----------------
+
+
+@pytest.fixture
+def views_run(monkeypatch):
+    """How many requests reached the job list's view (past the door)."""
+    from jobs.api import JobViewSet
+
+    calls = []
+    inner = JobViewSet.list
+
+    def counted(self, request, *args, **kwargs):
+        calls.append(request.get_full_path())
+        return inner(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(JobViewSet, "list", counted)
+    return calls
+
+
+def test_a_tokens_repeated_list_is_answered_at_the_door_as_it_was(owner, job, views_run):
+    api = api_as(owner)
+    first = api.get(URL)
+    with CaptureQueriesContext(connection) as queries:
+        again = api.get(URL)
+    assert len(views_run) == 1 and len(queries) == 0
+    assert again.status_code == 200 and again.content == first.content
+    for header in ("Content-Type", "ETag", "Vary", "Allow", "X-Content-Type-Options", "Content-Security-Policy"):
+        assert again[header] == first[header], header
+    assert api.get(URL, HTTP_IF_NONE_MATCH=first["ETag"]).status_code == 304
+    assert len(views_run) == 1
+    # Another URL, another Accept, a cookie or no-cache: past the door.
+    api.get(f"{URL}?status=queued")
+    api.get(URL, HTTP_ACCEPT="application/json; indent=2")
+    api.get(URL, HTTP_CACHE_CONTROL="no-cache")
+    api.get(URL, HTTP_COOKIE="sessionid=nothing")
+    assert len(views_run) == 5
+
+
+def test_the_door_never_answers_a_revoked_or_expired_token_or_an_inactive_user(owner, job, views_run, monkeypatch):
+    token, key = account_services.create_api_token(actor=owner, name="cli", scope=TokenScope.WRITE)
+    api = APIClient(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert "train" in listed(api) and "train" in listed(api)
+    assert len(views_run) == 1
+
+    # Expiry is checked on each use, with no change to tell the generations.
+    from core import listcache
+
+    later = listcache.timezone.now() + timedelta(days=400)
+    type(token).objects.filter(pk=token.pk).update(expires_at=later - timedelta(days=1))
+    assert "train" in listed(api)  # the update moved "auth": answered afresh, kept again
+    monkeypatch.setattr(listcache.timezone, "now", lambda: later)
+    assert api.get(URL).status_code == 401
+    monkeypatch.undo()
+
+    other, other_key = account_services.create_api_token(actor=owner, name="ci", scope=TokenScope.WRITE)
+    api = APIClient(HTTP_AUTHORIZATION=f"Bearer {other_key}")
+    assert "train" in listed(api) and "train" in listed(api)
+    account_services.revoke_api_token(actor=owner, token=other)
+    assert api.get(URL).status_code == 401
+
+    _, third_key = account_services.create_api_token(actor=owner, name="ci", scope=TokenScope.WRITE)
+    api = APIClient(HTTP_AUTHORIZATION=f"Bearer {third_key}")
+    assert "train" in listed(api) and "train" in listed(api)
+    owner.is_active = False
+    owner.save()
+    assert api.get(URL).status_code == 401
+
+
+def test_the_door_follows_jobs_and_access(owner, member, project, job):
+    api = api_as(member)
+    assert set(listed(api)) == {"train"} and set(listed(api)) == {"train"}
+    services.submit_job(owner, project, name="second", command="python -c pass")
+    assert set(listed(api)) == {"train", "second"}
+    account_services.remove_member(actor=owner, membership=Membership.objects.get(user=member))
+    assert listed(api) == {}
+
+
+def test_the_door_leaves_bad_hosts_to_django(owner, job):
+    api = api_as(owner)
+    assert api.get(URL, HTTP_HOST="evil.example").status_code == 400
