@@ -19,7 +19,8 @@ at the door (`ListCacheDoorMiddleware`, first in MIDDLEWARE), before sessions, C
 URL resolution and DRF: the whole response is kept by the token's hash and the request
 (URL, host, Accept), tagged with the "auth" generation too (every change to a token or
 a user moves it on: a revoked token or a deactivated user is never answered there) and
-the token's expiry, checked on each use. One round trip to Redis answers it.
+the token's expiry, checked on each use. One round trip to Redis answers it. A token's
+last use is written by the requests that pass the door: at most TTL later than before.
 """
 
 import hashlib
@@ -38,6 +39,8 @@ from core import generations
 TTL = 30
 # Every list's generation names (CachedListMixin.list_generations): the door reads them all.
 LIST_GENERATIONS: set[str] = set()
+# The paths this process has kept an answer of at the door: the others skip its lookup.
+DOOR_PATHS: set[str] = set()
 
 
 def changed(name: str) -> None:
@@ -102,7 +105,7 @@ def _door_tags() -> tuple[str, ...]:
 
 def door_key(request) -> str | None:
     """Where a GET of the API with a personal token and no cookie is kept at the door."""
-    if request.method != "GET" or request.META.get("HTTP_COOKIE") or not request.path.startswith("/api/"):
+    if request.method != "GET" or request.META.get("HTTP_COOKIE") or request.path not in DOOR_PATHS:
         return None
     scheme, _, token = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
     if scheme.lower() not in ("bearer", "token") or not token.startswith(ApiToken.PREFIX):
@@ -131,20 +134,31 @@ class ListCacheDoorMiddleware:
 
     def __call__(self, request):
         key = door_key(request) if settings.GANTRY_LIST_CACHE else None
-        if key is None:
-            return self.get_response(request)
-        current, found = generations.read(_door_tags(), key)
-        entry = found.get(key)
-        if entry is not None:
-            tags, expires_at, etag, headers, content = entry
-            if tags == current and (expires_at is None or expires_at > timezone.now()):
-                if etag and etag in request.META.get("HTTP_IF_NONE_MATCH", ""):
-                    return HttpResponseNotModified(headers={"ETag": etag})
-                return HttpResponse(content, headers=headers)
+        if key is not None:
+            current, found = generations.read(_door_tags(), key)
+            entry = found.get(key)
+            if entry is not None:
+                tags, expires_at, headers, content = entry
+                if tags == current and (expires_at is None or expires_at > timezone.now()):
+                    return self._answer(request, headers, content)
         response = self.get_response(request)
         kept = getattr(response, "door_expires", None)
-        if (kept is not None and response.status_code == 200 and not response.streaming
-                and not response.cookies and generations.storable(current)):
-            headers = dict(response.items())
-            cache.set(key, (current, kept[0], response.get("ETag"), headers, response.content), TTL)
+        if kept is None or response.status_code != 200 or response.streaming or response.cookies:
+            return response
+        if key is None:
+            # Its generations were not read before the view: kept from the next request on.
+            DOOR_PATHS.add(request.path)
+        elif generations.storable(current):
+            cache.set(key, (current, kept[0], dict(response.items()), response.content), TTL)
         return response
+
+    @staticmethod
+    def _answer(request, headers, content):
+        etag = headers.get("ETag")
+        if etag and etag in request.META.get("HTTP_IF_NONE_MATCH", ""):
+            unchanged = HttpResponseNotModified()
+            for name, value in headers.items():
+                if name not in ("Content-Type", "Content-Length"):
+                    unchanged[name] = value
+            return unchanged
+        return HttpResponse(content, headers=headers)

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.core import signals
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
@@ -50,7 +51,8 @@ def streamed(request):
 
 
 async def async_view(request):
-    await asyncio.sleep(0)
+    # Sync work an async view hands back (the database, say) runs in the request's thread.
+    seen["threads"]["handed back"] = await sync_to_async(threading.get_ident)()
 
     async def parts():
         for i in range(3):
@@ -177,6 +179,7 @@ def test_async_views_run_on_the_event_loop_with_streamed_bodies():
 
     status, body = asyncio.run(call(handler, "/async/"))
     assert status == 200 and json.loads(body) == {"async": True, "path": "/async/"}
+    assert seen["threads"]["handed back"] in {t.ident for t in handler.threads._threads}
     status, body = asyncio.run(call(handler, "/async/?stream=1"))
     assert (status, body) == (200, b"async 0\nasync 1\nasync 2\n")
 
