@@ -462,10 +462,9 @@ GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
 # Kicked admission passes (after submits, cancels, finished jobs) start at most this often.
 GANTRY_ADMISSION_KICK_SECONDS = _get("float", "GANTRY_ADMISSION_KICK_SECONDS", 1.0)
 # HTTP requests each web process runs at once, a thread each (core/asgi.py); the rest
-# wait their turn.
-# 2 keeps one view on the CPU while the other waits for PostgreSQL. bench/load.py at
-# 50 users, runs side by side: p99 90 and 92 ms with 2, 130 and 100 ms with 4 (noisy:
-# a later run with 2 gave 120).
+# wait their turn. 2 keeps one view on the CPU while the other waits for PostgreSQL.
+# bench/load.py at 50 users, runs side by side: p99 90 and 92 ms with 2, 130 and 100 ms
+# with 4 (noisy: a later run with 2 gave 120; measured under Django's own ASGI handler).
 GANTRY_REQUEST_CONCURRENCY = _get("int", "GANTRY_REQUEST_CONCURRENCY", 2)
 if GANTRY_REQUEST_CONCURRENCY < 1:
     _fail("GANTRY_REQUEST_CONCURRENCY", "a number of requests, 1 or more")

@@ -233,4 +233,5 @@ def test_the_door_follows_jobs_and_access(owner, member, project, job):
 
 def test_the_door_leaves_bad_hosts_to_django(owner, job):
     api = api_as(owner)
+    assert "train" in listed(api) and "train" in listed(api)  # the path is known at the door
     assert api.get(URL, HTTP_HOST="evil.example").status_code == 400
