@@ -23,7 +23,7 @@ api_patterns = [
 
 urlpatterns = [
     # First, and under one prefix: an API request is matched without trying every page's
-    # pattern (70 -> 15 us a request, each failed include raising Resolver404), and a
+    # pattern (70 -> 26 us a request, each failed include raising Resolver404), and a
     # page tries one prefix more.
     path("api/", include(api_patterns)),
     path("", HomeView.as_view(), name="home"),
