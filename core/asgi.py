@@ -23,7 +23,7 @@ class SyncRequestHandler(ASGIHandler):
     one. Every trip waits for the other side to get the GIL, and a thread is started and
     joined per request. Here the body is read on the event loop, then signals, middleware,
     view and (for a complete response) closing run in one call in a kept thread, and the
-    response is sent from the loop. A bare view served 3,300-5,700 requests a second
+    response is sent from the loop. A bare view served 3,100-5,700 requests a second
     against 660-910 (two processes, two cores; 1,370-1,420 with one trip but a thread
     started per request).
 
