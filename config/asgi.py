@@ -1,6 +1,10 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels' URL router."""
+"""ASGI entry point: Django's own ASGI application for HTTP, Channels for websockets.
 
-import gc
+`make run` serves everything from this one application under uvicorn. In production the
+proxy sends pages and the API to the WSGI application (config/wsgi.py, under gunicorn)
+and only websockets and the notebook proxy here (platform/nginx/, platform/k8s/).
+"""
+
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -8,24 +12,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
-from django.conf import settings
 from django.core.asgi import get_asgi_application
 
-get_asgi_application()  # django.setup(), before anything imports models
+django_asgi_app = get_asgi_application()  # django.setup(), before anything imports models
 
 from config.routing import websocket_urlpatterns  # noqa: E402
-from core.asgi import FreezeLongLivedObjects, SyncRequestHandler  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": FreezeLongLivedObjects(SyncRequestHandler(settings.GANTRY_REQUEST_CONCURRENCY)),
+        "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }
 )
-
-# What importing made lives as long as the process: out of the collector's way now, and
-# what the first requests make once they have been served (FreezeLongLivedObjects).
-gc.collect()
-gc.freeze()

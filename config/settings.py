@@ -143,7 +143,7 @@ if DATABASE_URL:
         DATABASES = {"default": env.db_url_config(DATABASE_URL)}
     except (ValueError, KeyError, environ.ImproperlyConfigured) as exc:
         _fail("DATABASE_URL", f"{exc}; expected e.g. postgres://user:pass@host:5432/gantry")
-    # Gantry is served over ASGI, where every request's sync code runs in a thread of its
+    # Under ASGI (websockets, `make run`) every request's sync code runs in a thread of its
     # own: a persistent connection (CONN_MAX_AGE > 0) would stay with that thread, never
     # reused or closed, until PostgreSQL answers "too many clients". So each process keeps
     # a pool (psycopg_pool) of at most DATABASE_POOL_SIZE connections that requests borrow
@@ -205,7 +205,7 @@ if REDIS_URL:
         }
     }
     CACHES = {
-        "default": {"BACKEND": "core.cache.SharedPoolRedisCache", "LOCATION": REDIS_URL}
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
     }
     # Sessions read from Redis, written through to the database. Only with a shared
     # cache: a per-process one would keep a signed-out session alive in other processes.
@@ -461,13 +461,6 @@ GANTRY_LOCAL_FAKE_GPUS = 0
 GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
 # Kicked admission passes (after submits, cancels, finished jobs) start at most this often.
 GANTRY_ADMISSION_KICK_SECONDS = _get("float", "GANTRY_ADMISSION_KICK_SECONDS", 1.0)
-# HTTP requests each web process runs at once, a thread each (core/asgi.py); the rest
-# wait their turn. 2 keeps one view on the CPU while the other waits for PostgreSQL.
-# bench/load.py at 50 users, runs side by side: p99 90 and 92 ms with 2, 130 and 100 ms
-# with 4 (noisy: a later run with 2 gave 120; measured under Django's own ASGI handler).
-GANTRY_REQUEST_CONCURRENCY = _get("int", "GANTRY_REQUEST_CONCURRENCY", 2)
-if GANTRY_REQUEST_CONCURRENCY < 1:
-    _fail("GANTRY_REQUEST_CONCURRENCY", "a number of requests, 1 or more")
 # How often an open live-log socket re-checks that its user may still see the job.
 GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 # Each user's roles and visible projects, read on nearly every request, are kept in the

@@ -1,3 +1,6 @@
+"""WSGI entry point: pages and the API under gunicorn in production (`manage.py serve
+--production`, platform/k8s/web.yaml)."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application
