@@ -13,12 +13,19 @@ What each kind becomes, in the tenant's namespace (`gantry-<tenant slug>`):
   share one template and so could not each get their own `secretKeyRef`.
 * `train`: a batch/v1 Job with one pod.
 * `distributed`: an Indexed Job (completions = parallelism = workers) plus a headless
-  Service named like the Job, so worker i is reachable as `<name>-<i>.<name>`; every
+  Service named like the Job, so worker i is reachable as `<name>-<i>.<name>`, and a
+  NetworkPolicy that lets the gang's pods (and only they) reach each other; every
   worker gets torchrun's contract (PET_*) with PET_NODE_RANK and RANK from the
   job-completion index, and PET_MASTER_ADDR=`<name>-0.<name>`.
 * `notebook`: a bare Pod running JupyterLab (through the executor) and a ClusterIP
   Service; a NetworkPolicy in the namespace admits traffic to notebook pods only from
   Gantry's own namespace, so a notebook is reached only through Gantry's proxy.
+
+Every pod runs as a non-root user (`run_as_user`) with `seccompProfile: RuntimeDefault`,
+every capability dropped, no service-account token and a read-only root filesystem (the
+workspace, /tmp and /dev/shm are volumes); the namespace's `gantry-jobs` NetworkPolicy
+lets Gantry's pods send only to Gantry's web pods and the cluster DNS, and take nothing
+in that another policy (notebooks, the gang's own) does not add.
 
 Retries belong to Gantry, not to Kubernetes: `backoffLimit: 0` and a podFailurePolicy
 that fails the Job on the first non-zero exit or disruption. Each attempt is a new
@@ -64,6 +71,11 @@ class ManifestConfig:
     notebook_port: int = 8888
     grace_seconds: int = 10
     final_flush_seconds: int = 300
+    # Job pods never run as root: the user (and group, and fsGroup for the token
+    # Secret's files) they run as, and whether the image's root filesystem is read-only
+    # (the workspace, /tmp and /dev/shm are writable volumes either way).
+    run_as_user: int = 1000
+    read_only_root: bool = True
 
 
 @dataclass(frozen=True)
@@ -155,6 +167,19 @@ def _meta(spec: JobSpec, cfg: ManifestConfig, name: str, **extra) -> dict:
 # --- the tenant's namespace -------------------------------------------------------------
 
 
+WEB_LABELS = {"app.kubernetes.io/part-of": "gantry", "app.kubernetes.io/component": "web"}
+
+
+def gantry_api_peer(cfg: ManifestConfig) -> dict:
+    """Gantry's web pods (platform/k8s/web.yaml), where a job's executor reports."""
+    return {
+        "namespaceSelector": {
+            "matchLabels": {"kubernetes.io/metadata.name": cfg.platform_namespace}
+        },
+        "podSelector": {"matchLabels": dict(WEB_LABELS)},
+    }
+
+
 def tenant_manifests(tenant_slug: str, quota: QuotaSpec | None, cfg: ManifestConfig) -> list[dict]:
     """Namespace, ResourceQuota, LimitRange and the notebook NetworkPolicy of a tenant.
 
@@ -199,6 +224,34 @@ def tenant_manifests(tenant_slug: str, quota: QuotaSpec | None, cfg: ManifestCon
             "kind": "LimitRange",
             "metadata": {"name": "gantry-limits", "namespace": ns, "labels": tenant_labels},
             "spec": {"limits": [limit]},
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "gantry-jobs", "namespace": ns, "labels": tenant_labels},
+            "spec": {
+                # Every pod Gantry makes: no traffic in (the notebook and gang policies
+                # add what they need; policies only ever add), out only to Gantry's API
+                # and the cluster's DNS.
+                "podSelector": {"matchLabels": dict(MANAGED_BY)},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [],
+                "egress": [
+                    {"to": [gantry_api_peer(cfg)]},
+                    {
+                        "to": [
+                            {
+                                "namespaceSelector": {},
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                            }
+                        ],
+                        "ports": [
+                            {"protocol": "UDP", "port": 53},
+                            {"protocol": "TCP", "port": 53},
+                        ],
+                    },
+                ],
+            },
         },
         {
             "apiVersion": "networking.k8s.io/v1",
@@ -263,6 +316,9 @@ def executor_env(spec: JobSpec, cfg: ManifestConfig) -> list[dict]:
         _env("GANTRY_JOB_TOKEN_FILE", TOKEN_DIR),
         _env("GANTRY_WORKDIR", WORKDIR),
         _env("GANTRY_FINAL_FLUSH_SECONDS", cfg.final_flush_seconds),
+        # The user the pod runs as may have no home in the image (and its root
+        # filesystem is read-only): caches and Jupyter's runtime files go to /tmp.
+        _env("HOME", "/tmp"),
     ]
     if indexed:
         name = object_name(spec)
@@ -306,8 +362,15 @@ def pod_spec(spec: JobSpec, cfg: ManifestConfig) -> dict:
             {"name": "gantry-token", "mountPath": TOKEN_DIR, "readOnly": True},
             {"name": "workspace", "mountPath": WORKDIR},
             {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
         ],
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": cfg.read_only_root,
+            "runAsNonRoot": True,
+        },
     }
     if ports:
         container["ports"] = ports
@@ -319,6 +382,13 @@ def pod_spec(spec: JobSpec, cfg: ManifestConfig) -> dict:
         # The executor's own grace (SIGTERM -> SIGKILL of the command), plus time to
         # report and flush its last log lines.
         "terminationGracePeriodSeconds": cfg.grace_seconds + 30,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": cfg.run_as_user,
+            "runAsGroup": cfg.run_as_user,
+            "fsGroup": cfg.run_as_user,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [container],
         "volumes": [
             {
@@ -328,6 +398,8 @@ def pod_spec(spec: JobSpec, cfg: ManifestConfig) -> dict:
             {"name": "workspace", "emptyDir": {}},
             # PyTorch's DataLoader workers share tensors through /dev/shm (64 MiB by default).
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            # With a read-only root filesystem: HOME, caches and temporary files.
+            {"name": "tmp", "emptyDir": {}},
         ],
     }
     selector_labels = gpu_node_selector(spec, cfg)
@@ -418,6 +490,26 @@ def headless_service(spec: JobSpec, cfg: ManifestConfig) -> dict:
     }
 
 
+def gang_network_policy(spec: JobSpec, cfg: ManifestConfig) -> dict:
+    """The workers of one distributed attempt reach each other (torchrun's rendezvous and
+    collectives), and no other job's pods: added to the namespace's `gantry-jobs`."""
+
+    def gang() -> dict:
+        return {"podSelector": {"matchLabels": selector(spec)}}
+
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(spec, cfg, object_name(spec)),
+        "spec": {
+            "podSelector": {"matchLabels": selector(spec)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [gang()]}],
+            "egress": [{"to": [gang()]}],
+        },
+    }
+
+
 def notebook_pod(spec: JobSpec, cfg: ManifestConfig) -> dict:
     meta = _meta(spec, cfg, object_name(spec))
     meta["labels"][LABEL_RANK] = "0"
@@ -461,7 +553,7 @@ def job_manifests(spec: JobSpec, cfg: ManifestConfig, tokens: dict[int, str]) ->
     if spec.kind == "notebook":
         out += [notebook_service(spec, cfg), notebook_pod(spec, cfg)]
     elif spec.kind == "distributed":
-        out += [headless_service(spec, cfg), batch_job(spec, cfg)]
+        out += [gang_network_policy(spec, cfg), headless_service(spec, cfg), batch_job(spec, cfg)]
     else:
         out.append(batch_job(spec, cfg))
     return out

@@ -481,11 +481,16 @@ class KubernetesBackend(Backend):
 
     @staticmethod
     def _adopt(conn: Connection, manifest: dict, owner: dict) -> None:
-        """Hang the Secret and Service on the workload, so they go when it goes."""
+        """Hang the Secret, Service and gang NetworkPolicy on the workload, so they go
+        when it goes."""
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         patch = {"metadata": {"ownerReferences": [owner]}}
         if manifest["kind"] == "Secret":
             conn.core.patch_namespaced_secret(name, ns, patch, _request_timeout=conn.timeout)
+        elif manifest["kind"] == "NetworkPolicy":
+            conn.networking.patch_namespaced_network_policy(
+                name, ns, patch, _request_timeout=conn.timeout
+            )
         else:
             conn.core.patch_namespaced_service(name, ns, patch, _request_timeout=conn.timeout)
 

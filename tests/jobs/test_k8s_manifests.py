@@ -74,7 +74,9 @@ def check_golden(name: str, manifests: list[dict]) -> None:
     assert text == path.read_text(), f"{name} differs from {path} (GANTRY_UPDATE_GOLDEN=1)"
 
 
-@pytest.mark.parametrize("name,manifests", list(all_manifests()), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    "name,manifests", list(all_manifests()), ids=lambda v: v if isinstance(v, str) else ""
+)
 def test_manifests_validate_strictly_and_match_golden(name, manifests):
     for manifest in manifests:
         for version in VERSIONS:
@@ -151,7 +153,9 @@ def test_executor_is_the_entrypoint_with_its_token_from_the_secret():
 
 
 def test_tenant_quota_becomes_the_namespace_resource_quota():
-    ns, quota, limits, policy = m.tenant_manifests("lab_A.1", m.QuotaSpec(6, 64, 262144), CFG)
+    ns, quota, limits, _jobs, policy = m.tenant_manifests(
+        "lab_A.1", m.QuotaSpec(6, 64, 262144), CFG
+    )
     assert ns["metadata"]["name"] == "gantry-lab-a-1"
     assert quota["spec"]["hard"] == {
         "requests.nvidia.com/gpu": "6",
@@ -166,3 +170,72 @@ def test_tenant_quota_becomes_the_namespace_resource_quota():
 def test_namespace_names_are_dns_labels():
     assert m.namespace_name("Lab_A") == "gantry-lab-a"
     assert len(m.namespace_name("x" * 80)) == 63
+
+
+def pod_specs():
+    for case, (s, cfg) in CASES.items():
+        workload = m.job_manifests(s, cfg, tokens(s.workers))[-1]
+        yield (
+            case,
+            workload["spec"] if workload["kind"] == "Pod" else workload["spec"]["template"]["spec"],
+        )
+
+
+@pytest.mark.parametrize(
+    "case,pod", list(pod_specs()), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_every_pod_runs_unprivileged(case, pod):
+    """Non-root, RuntimeDefault seccomp, no capabilities, no service-account token, a
+    read-only root filesystem with writable volumes where a job writes."""
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    for container in pod["containers"]:
+        sc = container["securityContext"]
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+        assert sc["readOnlyRootFilesystem"] is True
+        mounts = {v["mountPath"] for v in container["volumeMounts"] if not v.get("readOnly")}
+        assert {m.WORKDIR, "/tmp", "/dev/shm"} <= mounts
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["HOME"] == "/tmp"
+
+
+def test_jobs_reach_gantrys_api_and_dns_only_and_a_gang_only_itself():
+    policies = {
+        p["metadata"]["name"]: p["spec"]
+        for p in m.tenant_manifests("lab-a", None, CFG)
+        if p["kind"] == "NetworkPolicy"
+    }
+    jobs = policies["gantry-jobs"]
+    assert jobs["podSelector"] == {"matchLabels": m.MANAGED_BY}
+    assert jobs["policyTypes"] == ["Ingress", "Egress"] and jobs["ingress"] == []
+    api, dns = jobs["egress"]
+    assert api == {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gantry"}},
+                "podSelector": {"matchLabels": m.WEB_LABELS},
+            }
+        ]
+    }
+    assert {p["port"] for p in dns["ports"]} == {53}
+    # A train job or notebook gets no policy of its own; a distributed attempt one that
+    # names only its own pods, both ways.
+    for case in ("train-gpu", "notebook"):
+        s, cfg = CASES[case]
+        assert not [x for x in m.job_manifests(s, cfg, tokens(1)) if x["kind"] == "NetworkPolicy"]
+    s, cfg = CASES["distributed-2"]
+    (gang,) = [x for x in m.job_manifests(s, cfg, tokens(2)) if x["kind"] == "NetworkPolicy"]
+    own = {"podSelector": {"matchLabels": {"gantry.dev/job-id": "42", "gantry.dev/attempt": "1"}}}
+    assert gang["spec"]["podSelector"] == own["podSelector"]
+    assert gang["spec"]["ingress"] == [{"from": [own]}]
+    assert gang["spec"]["egress"] == [{"to": [own]}]
+    # The platform's web pods carry the labels the policy names.
+    web = yaml.safe_load_all(
+        (Path(__file__).resolve().parents[2] / "platform/k8s/web.yaml").read_text()
+    )
+    deployment = next(d for d in web if d and d["kind"] == "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert m.WEB_LABELS.items() <= labels.items()
