@@ -36,6 +36,9 @@ PROJECT_RANK = {role: rank for rank, role in enumerate(ProjectRole.values)}
 class Rule(NamedTuple):
     scope: str
     role: str
+    # The least role with which the object's creator (`created_by`) may take the action,
+    # when lower than `role`: e.g. a job's submitter opens its notebook as a developer.
+    creator_role: str | None = None
 
 
 MATRIX: dict[str, Rule] = {
@@ -57,6 +60,9 @@ MATRIX: dict[str, Rule] = {
     "job.view": Rule(PROJECT, ProjectRole.VIEWER),
     "job.submit": Rule(PROJECT, ProjectRole.DEVELOPER),
     "job.cancel": Rule(PROJECT, ProjectRole.DEVELOPER),
+    # Attach to a running job: its notebook, kernels, terminals (runs code as the job).
+    # The submitter (while still a developer) and maintainers; never viewers.
+    "job.exec": Rule(PROJECT, ProjectRole.MAINTAINER, creator_role=ProjectRole.DEVELOPER),
     "dataset.view": Rule(PROJECT, ProjectRole.VIEWER),
     "dataset.create": Rule(PROJECT, ProjectRole.DEVELOPER),
     "dataset.delete": Rule(PROJECT, ProjectRole.MAINTAINER),
@@ -210,7 +216,10 @@ def can(user, action: str, obj, token=None) -> bool:
         role = tenant_role(user, target)
         return role is not None and TENANT_RANK[role] >= TENANT_RANK[rule.role]
     role = project_role(user, target)
-    return role is not None and PROJECT_RANK[role] >= PROJECT_RANK[rule.role]
+    least = rule.role
+    if rule.creator_role is not None and getattr(obj, "created_by_id", None) == user.pk:
+        least = rule.creator_role
+    return role is not None and PROJECT_RANK[role] >= PROJECT_RANK[least]
 
 
 def is_read_action(action: str) -> bool:
