@@ -10,21 +10,39 @@ Model (documented choices):
   otherwise ``n / d`` workers of ``d`` GPUs where ``d`` is the largest divisor of ``n`` that
   fits on the largest node. CPUs and memory per worker are proportional to GPUs (the node's
   CPU and memory per GPU).
-* **Estimates.** ``estimate="oracle"``: estimated duration = real duration. ``"user"``: a
-  user-style over-estimate, the real duration times a factor uniform in [1, 3] (seeded per
-  job), rounded up to the next 30 minutes. ``"none"``: no estimates (no "finishes before"
-  backfill).
+* **Estimates** (``estimate=``). ``"realistic"`` (the default): what live Gantry would know, the
+  job's timeout: the trace's ``requested_time`` where it has one, else the user-estimate model
+  below. ``"user"``: always the model. ``"oracle"``: the true duration (flatters any policy that
+  uses estimates; only on request, and labelled in the results). ``"none"``: no estimates.
+  *User-estimate model* (seeded per job): the user guesses ``duration * F`` with
+  ``ln F ~ Normal(ln 4, 1.5)`` (median 4x over, about 18% of guesses under the truth), then
+  picks the smallest standard limit at or above the guess from 15 min, 30 min, 1, 2, 4, 8, 12,
+  24, 48, 72 h and 7 d (7 d caps it). Over-estimation is heavy (on the Philly trace: median
+  requested/true about 7x, p90 about 100x); a limit below the true duration kills the job *at
+  the limit* (it runs for the limit and counts as ``killed_at_limit``), as live Gantry's
+  timeout would. Requested times from a trace kill the same way.
 * **Preemption** is a requeue: the job loses its progress (restarts from zero, no checkpoint
-  model), keeps its original submit time, and its lost GPU-seconds are reported.
+  model), keeps its original submit time, and its lost GPU-seconds are reported. With
+  ``resume=True`` (used only for the ``"las"`` reference) a preempted job keeps its progress,
+  as with perfect checkpoints.
 * **Fair-share history** is the GPU usage per tenant with exponential decay (time constant
   ``usage_tau_s``), passed to the policy as decayed GPU-seconds.
 * **Quota / capacity check** is independent of the policy: after every pass the simulator
   recomputes per-node and per-tenant usage from the placements and counts violations of node
   capacity, of guaranteed + borrow limit GPUs, and of max_cpus / max_memory_mb / max_jobs.
 
-Metrics: JCT = completion - submit; wait = total time spent pending (all queueing spells,
-excluding lost run time of preempted attempts); GPU utilization = busy GPU-seconds / (cluster
-GPUs x span); fairness = per tenant, GPU-seconds received vs its weighted max-min fair share
+Policies: ``"gantry"`` (``schedule``), ``"fifo"`` (strict FIFO, ``schedule_fifo``), ``"easy"``
+(FIFO + EASY backfill: ``schedule`` with fair share and preemption off, so jobs keep submit
+order and a job only jumps the queue where it cannot delay the head's reservation), ``"las"``
+(a size-blind Tiresias-style reference: discretised least-attained-service, two thresholds
+``LAS_THRESHOLDS_GPU_S``, jobs with less attained GPU time preempt those with more within the
+same quota rules, no runtime estimates used, perfect checkpoints), or a callable.
+
+Metrics: JCT = completion - submit; wait = total time spent pending (all queueing spells);
+``wait_incl_lost`` adds the run time of attempts lost to preemption (the job's real delay);
+GPU utilisation = busy GPU-seconds / (cluster GPUs x span), reported over the *steady* part of
+the window (from the 10th to the 90th percentile arrival: no warm-up, no drain tail) beside the
+whole span; fairness = per tenant, GPU-seconds received vs its weighted max-min fair share
 (water-filling of the cluster's GPUs over tenants' instantaneous demand capped by their quota
 limit, weights = guaranteed GPUs x weight), integrated over time; Jain's index over tenants
 with demand of the ratio received / fair.
@@ -37,7 +55,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .policy import (
     Decision,
@@ -53,12 +71,17 @@ from .policy import (
 from .traces import TraceJob
 
 __all__ = [
+    "EASY_CONFIG",
+    "ESTIMATES",
+    "LAS_THRESHOLDS_GPU_S",
     "SimulationError",
     "check_state",
     "jain_index",
+    "las_level",
     "percentile",
     "run_simulation",
     "to_requests",
+    "user_estimate",
     "water_fill",
 ]
 
@@ -122,16 +145,39 @@ def _gang_split(n: int, node_gpus: int) -> tuple[int, int]:
     return n, 1
 
 
+ESTIMATES = ("realistic", "user", "oracle", "none")
+# Standard walltime limits a user picks from (seconds): 15 min ... 7 days.
+USER_LIMITS_S = (900, 1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800, 259_200, 604_800)
+USER_MEDIAN_FACTOR = 4.0
+USER_SIGMA = 1.5
+LAS_THRESHOLDS_GPU_S = (3600.0, 36_000.0)  # 1 and 10 GPU-hours
+
+
+def user_estimate(duration: float, job_id: str, seed: int = 0) -> float:
+    """The user-estimate model (see the module docstring): a standard limit >= a noisy guess."""
+    rng = random.Random(f"{seed}:{job_id}")
+    guess = duration * math.exp(rng.gauss(math.log(USER_MEDIAN_FACTOR), USER_SIGMA))
+    for limit in USER_LIMITS_S:
+        if limit >= guess:
+            return float(limit)
+    return float(USER_LIMITS_S[-1])
+
+
 def to_requests(
     trace_jobs: Sequence[TraceJob],
     nodes: Sequence[Node],
     *,
-    estimate: str = "oracle",
+    estimate: str = "realistic",
     seed: int = 0,
 ) -> list[tuple[JobRequest, float]]:
-    """Trace jobs -> (JobRequest, real duration) gangs for this cluster's node size."""
-    if estimate not in ("oracle", "user", "none"):
-        raise ValueError(f"unknown estimate model {estimate!r}: use oracle, user or none")
+    """Trace jobs -> (JobRequest, run time) gangs for this cluster's node size.
+
+    The run time is the trace duration, cut to the estimate where the estimate is a limit the
+    job would be killed at (``realistic`` / ``user``)."""
+    if estimate not in ESTIMATES:
+        raise ValueError(
+            f"unknown estimate model {estimate!r}: use {', '.join(ESTIMATES)}"
+        )
     big = max(nodes, key=lambda n: (n.gpus, n.cpus, n.memory_mb)) if nodes else None
     node_gpus = big.gpus if big else 8
     cpg = (big.cpus / big.gpus) if big and big.gpus else 4.0
@@ -143,17 +189,22 @@ def to_requests(
             cpus, mem = 1.0, 1024
         else:
             cpus, mem = math.floor(cpg * gpw), int(mpg * gpw)
+        run = tj.duration
         if estimate == "oracle":
             est: float | None = tj.duration
-        elif estimate == "user":
-            f = random.Random(f"{seed}:{tj.job_id}").uniform(1.0, 3.0)
-            est = math.ceil(tj.duration * f / 1800.0) * 1800.0
+        elif estimate in ("realistic", "user"):
+            requested = getattr(tj, "requested", None)
+            if estimate == "realistic" and requested is not None:
+                est = float(requested)
+            else:
+                est = user_estimate(tj.duration, str(tj.job_id), seed)
+            run = min(run, est)  # killed at the limit
         else:
             est = None
         req = JobRequest(
             str(tj.job_id), tj.tenant, tj.priority, tj.submit_time, workers, gpw, cpus, mem, est
         )
-        out.append((req, tj.duration))
+        out.append((req, run))
     return out
 
 
@@ -209,24 +260,83 @@ def check_state(
 @dataclass(slots=True)
 class _Job:
     req: JobRequest
-    duration: float
+    duration: float  # run time: the trace duration, cut at the limit where killed
     queued_since: float
+    killed: bool = False
     wait: float = 0.0
+    first_start: float = -1.0
     start: float = -1.0
     finish: float = -1.0
     epoch: int = 0
     preemptions: int = 0
+    lost_s: float = 0.0  # wall time of attempts lost to preemption
     lost_gpu_s: float = 0.0
+    progress: float = 0.0  # seconds of run kept across preemptions (resume only)
 
 
-def _resolve_policy(policy: str | PolicyFn, config: PolicyConfig | None) -> PolicyFn:
+def las_level(attained_gpu_s: float) -> int:
+    """Tiresias-style discretised LAS queue: 0 below the first threshold, then 1, 2..."""
+    return sum(1 for th in LAS_THRESHOLDS_GPU_S if attained_gpu_s >= th)
+
+
+def _las_policy(jobs: Mapping[str, _Job]) -> PolicyFn:
+    """Size-blind reference: rank by (priority, LAS queue, submit time), no estimates;
+    a job in a lower queue may preempt one in a higher queue under the usual quota rules."""
+    cfg = PolicyConfig(fair_share=False, backfill=True, preemption=True)
+    scale = len(LAS_THRESHOLDS_GPU_S) + 1
+
+    def decide(snap: Snapshot, now: float) -> Decision:
+        def prio(r: JobRequest, attained_s: float) -> int:
+            return r.priority * scale - las_level(attained_s * r.total_gpus)
+
+        pend = [
+            replace(r, priority=prio(r, jobs[r.id].progress), estimated_duration=None)
+            for r in snap.pending
+        ]
+        run = [
+            RunningJob(
+                replace(
+                    rj.request,
+                    priority=prio(rj.request, jobs[rj.request.id].progress + now - rj.start_time),
+                    estimated_duration=None,
+                ),
+                rj.placement,
+                rj.start_time,
+                rj.borrowed,
+            )
+            for rj in snap.running
+        ]
+        return schedule(Snapshot(snap.nodes, snap.quotas, run, pend, snap.usage_history), now, cfg)
+
+    decide.__name__ = "las"
+    return decide
+
+
+EASY_CONFIG = PolicyConfig(fair_share=False, backfill=True, preemption=False)
+
+
+def _resolve_policy(policy: str | PolicyFn, config: PolicyConfig | None, jobs) -> PolicyFn:
     if callable(policy):
         return policy
     if policy == "gantry":
         return lambda snap, now: schedule(snap, now, config)
     if policy == "fifo":
         return schedule_fifo
-    raise ValueError(f"unknown policy {policy!r}: use 'gantry', 'fifo' or a callable")
+    if policy == "easy":
+        return lambda snap, now: schedule(snap, now, EASY_CONFIG)
+    if policy == "las":
+        return _las_policy(jobs)
+    raise ValueError(
+        f"unknown policy {policy!r}: use 'gantry', 'fifo', 'easy', 'las' or a callable"
+    )
+
+
+def _stats(xs: Sequence[float], prefix: str) -> dict[str, float]:
+    return {
+        f"avg_{prefix}_s": round(sum(xs) / len(xs), 1) if xs else 0.0,
+        f"p50_{prefix}_s": round(percentile(xs, 50), 1),
+        f"p95_{prefix}_s": round(percentile(xs, 95), 1),
+    }
 
 
 def run_simulation(
@@ -235,33 +345,40 @@ def run_simulation(
     quotas: Mapping[str, Quota],
     policy: str | PolicyFn = "gantry",
     *,
-    estimate: str = "oracle",
+    estimate: str = "realistic",
     tick_s: float = 0.0,
     usage_tau_s: float = 86_400.0,
     config: PolicyConfig | None = None,
     seed: int = 0,
     max_passes: int | None = None,
+    resume: bool | None = None,
+    keep_jobs: bool | None = None,
 ) -> dict:
     """Replay ``trace_jobs`` on ``nodes`` with ``quotas`` under ``policy``; return metrics.
 
-    ``policy`` is ``"gantry"`` (``schedule``), ``"fifo"`` (``schedule_fifo``) or any callable
-    ``(snapshot, now) -> Decision``. The result is a JSON-serialisable dict: job counts
-    (``completed``, ``unschedulable`` = too_large_*, ``stuck`` = left waiting with no event
-    that could change that; must be 0), ``avg/p50/p95_jct_s``, ``avg/p50/p95_wait_s``,
-    ``gpu_utilization`` (over first submit -> last completion) and
-    ``gpu_utilization_until_last_arrival``, ``jain_index`` and per-tenant ``tenants`` figures,
-    ``preemptions`` and ``lost_gpu_hours``, ``quota_violations`` and ``capacity_violations``
-    (independent check after every pass; must be 0), scheduler timing, and ``per_job``
-    (finish time and preemption count per job; only for traces of at most 2,000 jobs).
-    Raises ``SimulationError`` if the policy admits or preempts jobs that do not exist.
+    ``policy`` is ``"gantry"``, ``"fifo"``, ``"easy"``, ``"las"`` (see the module docstring) or
+    any callable ``(snapshot, now) -> Decision``. The result is a JSON-serialisable dict: job
+    counts (``completed``, ``unschedulable`` = too_large_*, ``stuck`` = left waiting with no
+    event that could change that; must be 0, ``killed_at_limit``), ``avg/p50/p95`` of JCT, wait
+    and wait including run time lost to preemption, ``gpu_utilization_steady`` (10th to 90th
+    percentile arrival) beside ``gpu_utilization`` (first submit -> last completion),
+    ``jain_index`` and per-tenant ``tenants`` figures, ``preemptions`` and ``lost_gpu_hours``,
+    ``quota_violations`` and ``capacity_violations`` (independent check after every pass; must
+    be 0), scheduler timing, and ``per_job`` rows (``keep_jobs``; by default only for traces of
+    at most 2,000 jobs). ``resume``: preempted jobs keep their progress (default: only for
+    ``"las"``). Raises ``SimulationError`` if the policy admits or preempts jobs that do not
+    exist.
     """
     wall0 = time.perf_counter()
     if config is None and policy == "gantry":
         config = PolicyConfig(usage_window_s=usage_tau_s)
-    decide = _resolve_policy(policy, config)
+    if resume is None:
+        resume = policy == "las"
     reqs = to_requests(trace_jobs, nodes, estimate=estimate, seed=seed)
     reqs.sort(key=lambda x: (x[0].submit_time, x[0].id))
+    true_dur = {str(tj.job_id): tj.duration for tj in trace_jobs}
     jobs: dict[str, _Job] = {}
+    decide = _resolve_policy(policy, config, jobs)
     node_names = {n.name for n in nodes}
     cluster_gpus = sum(n.gpus for n in nodes)
     weights = {t: max(q.weight, 1e-9) * max(q.guaranteed_gpus, 0.5) for t, q in quotas.items()}
@@ -278,6 +395,7 @@ def run_simulation(
     unrunnable: set[str] = set()
     busy_gpu_s = 0.0
     busy_until_last_arrival = 0.0
+    busy_steady = 0.0
     quota_viol = cap_viol = 0
     preemptions = 0
     passes = 0
@@ -285,14 +403,16 @@ def run_simulation(
     sched_max = 0.0
     stuck: list[str] = []
 
+    n = len(reqs)
     first_t = reqs[0][0].submit_time if reqs else 0.0
     last_arrival = reqs[-1][0].submit_time if reqs else 0.0
+    steady0 = reqs[int(0.1 * (n - 1))][0].submit_time if reqs else 0.0
+    steady1 = reqs[int(0.9 * (n - 1))][0].submit_time if reqs else 0.0
     t = first_t
     ai = 0
-    n = len(reqs)
 
     def advance(to: float) -> None:
-        nonlocal busy_gpu_s, busy_until_last_arrival, t
+        nonlocal busy_gpu_s, busy_until_last_arrival, busy_steady, t
         dt = to - t
         if dt <= 0:
             return
@@ -300,6 +420,9 @@ def run_simulation(
         busy_gpu_s += busy * dt
         if t < last_arrival:
             busy_until_last_arrival += busy * min(dt, last_arrival - t)
+        overlap = min(to, steady1) - max(t, steady0)
+        if overlap > 0:
+            busy_steady += busy * overlap
         decay = math.exp(-dt / usage_tau_s)
         for tenant in set(usage) | set(run_g):
             g = run_g.get(tenant, 0)
@@ -345,7 +468,8 @@ def run_simulation(
             ai += 1
             if r.id in jobs:
                 raise SimulationError(f"duplicate job id {r.id!r} in the trace")
-            jobs[r.id] = _Job(r, dur, queued_since=r.submit_time)
+            jobs[r.id] = _Job(r, dur, queued_since=r.submit_time,
+                              killed=dur < true_dur.get(r.id, dur))
             pending[r.id] = r
             demand_g[r.tenant] = demand_g.get(r.tenant, 0) + r.total_gpus
         if not pending:
@@ -365,7 +489,12 @@ def run_simulation(
             j.epoch += 1
             j.preemptions += 1
             preemptions += 1
-            j.lost_gpu_s += (t - rj.start_time) * rj.request.total_gpus
+            ran = t - rj.start_time
+            if resume:
+                j.progress += ran
+            else:
+                j.lost_s += ran
+                j.lost_gpu_s += ran * rj.request.total_gpus
             j.queued_since = t
             pending[jid] = j.req
             run_g[j.req.tenant] -= j.req.total_gpus
@@ -380,13 +509,15 @@ def run_simulation(
             j = jobs[jid]
             j.wait += t - j.queued_since
             j.start = t
+            if j.first_start < 0:
+                j.first_start = t
             used = run_g.get(r.tenant, 0)
             q = quotas.get(r.tenant)
             borrowed = q is None or used + r.total_gpus > q.guaranteed_gpus
             running[jid] = RunningJob(r, dict(placement), t, borrowed)
             run_g[r.tenant] = used + r.total_gpus
             seq += 1
-            heapq.heappush(heap, (t + j.duration, seq, jid, j.epoch))
+            heapq.heappush(heap, (t + j.duration - j.progress, seq, jid, j.epoch))
         for jid, wr in dec.waiting.items():
             if wr.code.startswith("too_large") and jid not in unrunnable:
                 unrunnable.add(jid)
@@ -404,13 +535,15 @@ def run_simulation(
     done = [j for j in jobs.values() if j.finish >= 0]
     jct = [j.finish - j.req.submit_time for j in done]
     wait = [j.wait for j in done]
+    wait_lost = [j.wait + j.lost_s for j in done]
     span = max((j.finish for j in done), default=first_t) - first_t
     arrival_span = last_arrival - first_t
+    steady_span = steady1 - steady0
     tenants = {}
     total_recv = sum(recv.values()) or 1.0
     total_guar = sum(q.guaranteed_gpus for q in quotas.values()) or 1
     ratios = []
-    for tenant in sorted(set(fair) | set(recv)):
+    for tenant in sorted(set(fair) | set(recv) | {j.req.tenant for j in done}):
         f = fair.get(tenant, 0.0)
         rcv = recv.get(tenant, 0.0)
         tj = [j for j in done if j.req.tenant == tenant]
@@ -418,7 +551,7 @@ def run_simulation(
         ratio = rcv / f if f > 0 else None
         if ratio is not None:
             ratios.append(ratio)
-        tenants[tenant] = {
+        row = {
             "jobs_completed": len(tj),
             "guaranteed_gpus": q.guaranteed_gpus if q else 0,
             "entitlement": round((q.guaranteed_gpus if q else 0) / total_guar, 4),
@@ -426,33 +559,54 @@ def run_simulation(
             "gpu_hours": round(rcv / 3600, 1),
             "fair_gpu_hours": round(f / 3600, 1),
             "received_over_fair": None if ratio is None else round(ratio, 3),
-            "avg_jct_s": round(sum(j.finish - j.req.submit_time for j in tj) / len(tj), 1)
-            if tj
-            else None,
-            "avg_wait_s": round(sum(j.wait for j in tj) / len(tj), 1) if tj else None,
+            "preemptions": sum(j.preemptions for j in tj),
+            "lost_gpu_hours": round(sum(j.lost_gpu_s for j in tj) / 3600, 2),
         }
-    return {
+        row.update(_stats([j.finish - j.req.submit_time for j in tj], "jct"))
+        row.update(_stats([j.wait for j in tj], "wait"))
+        tenants[tenant] = row
+    ests = [
+        j.req.estimated_duration / true_dur[jid]
+        for jid, j in jobs.items()
+        if j.req.estimated_duration is not None and true_dur.get(jid)
+    ]
+    result = {
         "policy": policy if isinstance(policy, str) else getattr(policy, "__name__", "custom"),
         "estimate": estimate,
+        "estimate_note": {
+            "realistic": "requested time from the trace, else the user-estimate model",
+            "user": "user-estimate model",
+            "oracle": "ORACLE: true durations (optimistic, not what live Gantry knows)",
+            "none": "no estimates",
+        }[estimate],
+        "estimate_over_true_p50": round(percentile(ests, 50), 2) if ests else None,
+        "estimate_over_true_p90": round(percentile(ests, 90), 2) if ests else None,
+        "resume_after_preemption": resume,
         "jobs": n,
         "completed": len(done),
         "unschedulable": len(unrunnable),
         "stuck": len(stuck),
-        "avg_jct_s": round(sum(jct) / len(jct), 1) if jct else 0.0,
-        "p50_jct_s": round(percentile(jct, 50), 1),
-        "p95_jct_s": round(percentile(jct, 95), 1),
-        "avg_wait_s": round(sum(wait) / len(wait), 1) if wait else 0.0,
-        "p50_wait_s": round(percentile(wait, 50), 1),
-        "p95_wait_s": round(percentile(wait, 95), 1),
-        "gpu_utilization": round(busy_gpu_s / (cluster_gpus * span), 4) if span > 0 else 0.0,
+        "killed_at_limit": sum(1 for j in jobs.values() if j.killed),
+    }
+    result.update(_stats(jct, "jct"))
+    result.update(_stats(wait, "wait"))
+    result.update(_stats(wait_lost, "wait_incl_lost"))
+    result.update({
+        "gpu_utilization_steady": round(busy_steady / (cluster_gpus * steady_span), 4)
+        if steady_span > 0 and cluster_gpus
+        else 0.0,
+        "gpu_utilization": round(busy_gpu_s / (cluster_gpus * span), 4)
+        if span > 0 and cluster_gpus
+        else 0.0,
         "gpu_utilization_until_last_arrival": round(
             busy_until_last_arrival / (cluster_gpus * arrival_span), 4
         )
-        if arrival_span > 0
+        if arrival_span > 0 and cluster_gpus
         else 0.0,
         "jain_index": round(jain_index(ratios), 4),
         "tenants_with_demand": len(ratios),
         "preemptions": preemptions,
+        "preempted_jobs": sum(1 for j in jobs.values() if j.preemptions),
         "lost_gpu_hours": round(sum(j.lost_gpu_s for j in jobs.values()) / 3600, 1),
         "quota_violations": quota_viol,
         "capacity_violations": cap_viol,
@@ -462,9 +616,27 @@ def run_simulation(
         "schedule_max_ms": round(1000 * sched_max, 3),
         "wall_s": round(time.perf_counter() - wall0, 2),
         "tenants": tenants,
-        "per_job": {
-            jid: {"finish": j.finish, "preemptions": j.preemptions} for jid, j in jobs.items()
+    })
+    if keep_jobs is None:
+        keep_jobs = n <= 2000
+    result["per_job"] = (
+        {
+            jid: {
+                "tenant": j.req.tenant,
+                "gpus": j.req.total_gpus,
+                "submit": j.req.submit_time,
+                "first_start": j.first_start,
+                "finish": j.finish,
+                "run_s": j.duration,
+                "estimate_s": j.req.estimated_duration,
+                "killed_at_limit": j.killed,
+                "wait_s": round(j.wait, 1),
+                "lost_s": round(j.lost_s, 1),
+                "preemptions": j.preemptions,
+            }
+            for jid, j in jobs.items()
         }
-        if n <= 2000
-        else None,
-    }
+        if keep_jobs
+        else None
+    )
+    return result

@@ -6,8 +6,15 @@ Required columns: ``job_id``, ``submit_time`` (seconds), ``duration`` (seconds, 
 ``censored = 1`` (still running or pending when the trace ended, e.g. Alibaba's openb list)
 are skipped by default because their true duration is unknown.
 
-Every malformed row raises ``TraceError`` naming the file, the 1-based line number (the header
-is line 1) and the column.
+Optional ``requested_time`` (alias ``time_limit``): the walltime the user asked for (seconds,
+> 0), i.e. what the live scheduler would know as the job's timeout; blank means none.
+
+A malformed *row* (duration 0, a non-number, a duplicate id, a wrong field count...) is skipped
+and recorded: the returned list's ``skipped`` holds ``(line, reason)`` pairs and
+``skip_counts`` counts them per reason, so one bad row does not reject a 100,000-row file.
+With ``strict=True`` the first malformed row raises ``TraceError`` instead, naming the file, the
+1-based line number (the header is line 1) and the column. A missing header or required column
+always raises.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from dataclasses import dataclass
 __all__ = [
     "TraceError",
     "TraceJob",
+    "TraceJobs",
     "load_trace",
     "load_vc_nodes",
     "parse_trace",
@@ -30,6 +38,7 @@ __all__ = [
 ]
 
 REQUIRED = ("job_id", "submit_time", "duration", "num_gpus")
+REQUESTED = ("requested_time", "time_limit")
 
 
 class TraceError(ValueError):
@@ -45,6 +54,7 @@ class TraceError(ValueError):
             where += f", column {column!r}"
         super().__init__(f"{where}: {message}")
         self.source = source
+        self.reason = message
         self.line = line
         self.column = column
 
@@ -57,6 +67,23 @@ class TraceJob:
     num_gpus: int
     tenant: str = "default"
     priority: int = 0
+    requested: float | None = None  # the user's requested walltime (timeout), if the trace has it
+
+
+class TraceJobs(list):
+    """A list of ``TraceJob`` plus what was skipped: ``skipped`` = [(line, reason)]."""
+
+    def __init__(self, jobs=(), skipped=()) -> None:
+        super().__init__(jobs)
+        self.skipped: list[tuple[int, str]] = list(skipped)
+
+    @property
+    def skip_counts(self) -> dict[str, int]:
+        """Skipped rows per reason (the reason without its line number)."""
+        out: dict[str, int] = {}
+        for _, reason in self.skipped:
+            out[reason] = out.get(reason, 0) + 1
+        return out
 
 
 def _open_text(path: str | os.PathLike) -> io.TextIOBase:
@@ -92,8 +119,11 @@ def parse_trace(
     *,
     source: str = "trace",
     skip_censored: bool = True,
-) -> list[TraceJob]:
-    """Parse CSV text lines into jobs sorted by submit time (stable for ties)."""
+    strict: bool = False,
+) -> TraceJobs:
+    """Parse CSV text lines into jobs sorted by submit time (stable for ties).
+
+    Malformed rows are skipped and listed in the result's ``skipped`` (``strict``: raise)."""
     reader = csv.reader(lines)
     try:
         header = next(reader)
@@ -109,70 +139,94 @@ def parse_trace(
         )
     col = {name: header.index(name) for name in header}
     jobs: list[TraceJob] = []
+    skipped: list[tuple[int, str]] = []
     seen: dict[str, int] = {}
+    req_col = next((c for c in REQUESTED if c in col), None)
     for row in reader:
         line = reader.line_num
         if not row or all(not cell.strip() for cell in row):
             continue
-        if len(row) != len(header):
-            raise TraceError(
-                f"expected {len(header)} fields, got {len(row)}", source=source, line=line
-            )
-
-        def get(name: str, row: list[str] = row) -> str | None:
-            i = col.get(name)
-            return None if i is None else row[i]
-
-        if skip_censored and "censored" in col:
-            flag = (get("censored") or "").strip()
-            if flag not in ("", "0", "1"):
-                raise TraceError(
-                    f"expected 0 or 1, got {flag!r}", source=source, line=line, column="censored"
-                )
-            if flag == "1":
-                continue
-        job_id = (get("job_id") or "").strip()
-        if not job_id:
-            raise TraceError("missing value", source=source, line=line, column="job_id")
-        if job_id in seen:
-            raise TraceError(
-                f"duplicate job_id {job_id!r} (first on line {seen[job_id]})",
-                source=source,
-                line=line,
-                column="job_id",
-            )
-        seen[job_id] = line
-        submit = _number(get("submit_time"), source=source, line=line, column="submit_time")
-        if submit < 0:
-            raise TraceError(
-                f"must be >= 0, got {submit:g}", source=source, line=line, column="submit_time"
-            )
-        duration = _number(get("duration"), source=source, line=line, column="duration")
-        if duration <= 0:
-            raise TraceError(
-                f"must be > 0, got {duration:g}", source=source, line=line, column="duration"
-            )
-        gpus = _integer(get("num_gpus"), source=source, line=line, column="num_gpus")
-        if gpus < 0:
-            raise TraceError(
-                f"must be >= 0, got {gpus}", source=source, line=line, column="num_gpus"
-            )
-        tenant = (get("tenant") or "").strip() or "default"
-        prio_raw = get("priority")
-        priority = 0
-        if prio_raw is not None and prio_raw.strip():
-            priority = _integer(prio_raw, source=source, line=line, column="priority")
-        jobs.append(TraceJob(job_id, submit, duration, gpus, tenant, priority))
+        try:
+            job = _parse_row(row, header, col, seen, line, source, skip_censored, req_col)
+        except TraceError as exc:
+            if strict:
+                raise
+            where = f"column {exc.column!r}: " if exc.column else ""
+            skipped.append((line, where + exc.reason))
+            continue
+        if job is not None:
+            jobs.append(job)
     jobs.sort(key=lambda j: j.submit_time)
-    return jobs
+    return TraceJobs(jobs, skipped)
 
 
-def load_trace(path: str | os.PathLike, *, skip_censored: bool = True) -> list[TraceJob]:
-    """Load a trace file (``.csv`` or ``.csv.gz``)."""
+def _parse_row(row, header, col, seen, line, source, skip_censored, req_col) -> TraceJob | None:
+    if len(row) != len(header):
+        raise TraceError(
+            f"expected {len(header)} fields, got {len(row)}", source=source, line=line
+        )
+
+    def get(name: str, row: list[str] = row) -> str | None:
+        i = col.get(name)
+        return None if i is None else row[i]
+
+    if skip_censored and "censored" in col:
+        flag = (get("censored") or "").strip()
+        if flag not in ("", "0", "1"):
+            raise TraceError(
+                f"expected 0 or 1, got {flag!r}", source=source, line=line, column="censored"
+            )
+        if flag == "1":
+            return None
+    job_id = (get("job_id") or "").strip()
+    if not job_id:
+        raise TraceError("missing value", source=source, line=line, column="job_id")
+    if job_id in seen:
+        raise TraceError(
+            f"duplicate job_id {job_id!r} (first on line {seen[job_id]})",
+            source=source,
+            line=line,
+            column="job_id",
+        )
+    submit = _number(get("submit_time"), source=source, line=line, column="submit_time")
+    if submit < 0:
+        raise TraceError(
+            f"must be >= 0, got {submit:g}", source=source, line=line, column="submit_time"
+        )
+    duration = _number(get("duration"), source=source, line=line, column="duration")
+    if duration <= 0:
+        raise TraceError(
+            f"must be > 0, got {duration:g}", source=source, line=line, column="duration"
+        )
+    gpus = _integer(get("num_gpus"), source=source, line=line, column="num_gpus")
+    if gpus < 0:
+        raise TraceError(
+            f"must be >= 0, got {gpus}", source=source, line=line, column="num_gpus"
+        )
+    tenant = (get("tenant") or "").strip() or "default"
+    prio_raw = get("priority")
+    priority = 0
+    if prio_raw is not None and prio_raw.strip():
+        priority = _integer(prio_raw, source=source, line=line, column="priority")
+    requested = None
+    if req_col is not None and (get(req_col) or "").strip():
+        requested = _number(get(req_col), source=source, line=line, column=req_col)
+        if requested <= 0:
+            raise TraceError(
+                f"must be > 0, got {requested:g}", source=source, line=line, column=req_col
+            )
+    seen[job_id] = line  # only rows that parsed take their id
+    return TraceJob(job_id, submit, duration, gpus, tenant, priority, requested)
+
+
+def load_trace(
+    path: str | os.PathLike, *, skip_censored: bool = True, strict: bool = False
+) -> TraceJobs:
+    """Load a trace file (``.csv`` or ``.csv.gz``); see ``parse_trace``."""
     source = os.path.basename(os.fspath(path))
     try:
         with _open_text(path) as fh:
-            return parse_trace(fh, source=source, skip_censored=skip_censored)
+            return parse_trace(fh, source=source, skip_censored=skip_censored, strict=strict)
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise TraceError("file not found", source=os.fspath(path)) from exc
@@ -215,6 +269,8 @@ def window(jobs: list[TraceJob], start: int, count: int) -> list[TraceJob]:
         return []
     t0 = part[0].submit_time
     return [
-        TraceJob(j.job_id, j.submit_time - t0, j.duration, j.num_gpus, j.tenant, j.priority)
+        TraceJob(
+            j.job_id, j.submit_time - t0, j.duration, j.num_gpus, j.tenant, j.priority, j.requested
+        )
         for j in part
     ]

@@ -169,15 +169,20 @@ def test_parse_trace_reports_line_and_column():
     ]
     for row, line, column, words in cases:
         with pytest.raises(TraceError) as exc:
-            parse_trace(["job_id,submit_time,duration,num_gpus,tenant", row])
+            parse_trace(["job_id,submit_time,duration,num_gpus,tenant", row], strict=True)
         assert exc.value.line == line and exc.value.column == column
         assert f"line {line}" in str(exc.value) and column in str(exc.value)
         assert words in str(exc.value)
+        # Without strict the row is skipped and the reason recorded, not the file rejected.
+        lenient = parse_trace(["job_id,submit_time,duration,num_gpus,tenant", row, "9,1,1,1,b"])
+        assert [j.job_id for j in lenient] == ["9"]
+        assert len(lenient.skipped) == 1 and lenient.skipped[0][0] == line
+        assert column in lenient.skipped[0][1] and words in lenient.skipped[0][1]
     with pytest.raises(TraceError) as exc:
-        parse_trace(["job_id,submit_time,duration,num_gpus", "1,0,1,1", "1,0,1,1"])
+        parse_trace(["job_id,submit_time,duration,num_gpus", "1,0,1,1", "1,0,1,1"], strict=True)
     assert exc.value.line == 3 and "duplicate" in str(exc.value)
     with pytest.raises(TraceError) as exc:
-        parse_trace(["job_id,submit_time,duration,num_gpus", "1,0,1"])
+        parse_trace(["job_id,submit_time,duration,num_gpus", "1,0,1"], strict=True)
     assert exc.value.line == 2 and "expected 4 fields" in str(exc.value)
     with pytest.raises(TraceError, match="missing required column"):
         parse_trace(["job_id,submit_time,num_gpus", "1,0,1"])
@@ -185,11 +190,26 @@ def test_parse_trace_reports_line_and_column():
         parse_trace([])
 
 
+def test_bad_rows_are_skipped_with_counts_and_requested_time_is_read():
+    rows = ["job_id,submit_time,duration,num_gpus,tenant,requested_time",
+            "a,0,10,1,x,3600", "b,1,0,1,x,", "c,2,0,2,y,", "a,3,5,1,x,", "d,4,5,1,y,",
+            "e,5,5,1,y,-3"]
+    jobs = parse_trace(rows)
+    assert [j.job_id for j in jobs] == ["a", "d"]
+    assert jobs[0].requested == 3600 and jobs[1].requested is None
+    assert jobs.skip_counts == {
+        "column 'duration': must be > 0, got 0": 2,
+        "column 'job_id': duplicate job_id 'a' (first on line 2)": 1,
+        "column 'requested_time': must be > 0, got -3": 1,
+    }
+    assert [line for line, _ in jobs.skipped] == [3, 4, 5, 7]
+
+
 def test_censored_rows_are_skipped():
     rows = ["job_id,submit_time,duration,num_gpus,censored", "a,0,10,1,0", "b,1,,1,1"]
     assert [j.job_id for j in parse_trace(rows)] == ["a"]
     with pytest.raises(TraceError) as exc:
-        parse_trace(rows, skip_censored=False)
+        parse_trace(rows, skip_censored=False, strict=True)
     assert exc.value.line == 3 and exc.value.column == "duration"
 
 
@@ -205,7 +225,8 @@ def test_load_trace_csv_and_gz(tmp_path):
     with gzip.open(bad, "wt") as fh:
         fh.write(text + "3,x,1,1,a\n")
     with pytest.raises(TraceError, match=r"bad\.csv\.gz, line 4, column 'submit_time'"):
-        load_trace(bad)
+        load_trace(bad, strict=True)
+    assert len(load_trace(bad)) == 2 and load_trace(bad).skipped[0][0] == 4
     with pytest.raises(TraceError, match="file not found"):
         load_trace(tmp_path / "missing.csv")
     vc = tmp_path / "vc.csv"
