@@ -101,8 +101,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Repeated API lists asked with a token answered before anything else (core/listcache.py).
-    "core.listcache.ListCacheDoorMiddleware",
+    # ETags from the body sent (If-None-Match gets 304): no cache to keep in step.
+    "django.middleware.http.ConditionalGetMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "core.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -296,7 +296,8 @@ if GANTRY_LOGIN_MAX_FAILURES < 1:
 
 # --- Files ---------------------------------------------------------------
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# Where `collectstatic` puts the files production serves (WhiteNoise, or nginx: platform/nginx/).
+STATIC_ROOT = Path(_get("str", "GANTRY_STATIC_ROOT", str(BASE_DIR / "staticfiles"))).resolve()
 STATICFILES_DIRS = [BASE_DIR / "static"]
 MEDIA_ROOT = DATA_DIR / "files"
 MEDIA_URL = "/files/"
@@ -413,8 +414,8 @@ GANTRY_CSP = {
     "base-uri": ["'self'"],
     "form-action": ["'self'"],
 }
-# JupyterLab behind the notebook proxy needs inline scripts and sends its own policy.
-GANTRY_CSP_EXEMPT_URL_NAMES = ["notebook_proxy", "notebook_proxy_root"]
+# Pages exempt from the policy (none: JupyterLab is served from the notebook origin).
+GANTRY_CSP_EXEMPT_URL_NAMES = []
 # Per page (URL name): Swagger UI's script is a file (the split view), but its React code
 # injects a <style> element at run time; inline styles only, scripts stay 'self'.
 GANTRY_CSP_OVERRIDES = {"api-docs": {"style-src": ["'self'", "'unsafe-inline'"]}}
@@ -458,6 +459,23 @@ GANTRY_LOCAL_MEMORY_MB = _get("int", "GANTRY_LOCAL_MEMORY_MB", 0)
 # machines without GPUs. Nothing checks that a device exists; jobs see the indices in
 # CUDA_VISIBLE_DEVICES. Tests set it with the `settings` fixture.
 GANTRY_LOCAL_FAKE_GPUS = 0
+# Local jobs run in a bubblewrap sandbox (jobs/backends/sandbox.py): "auto" uses it when
+# this machine can, "required" refuses to start without it (system check error), "off"
+# never uses it (then jobs of a second tenant are refused, unless the switch below).
+GANTRY_SANDBOX = _get("str", "GANTRY_SANDBOX", "auto")
+if GANTRY_SANDBOX not in ("auto", "required", "off"):
+    _fail("GANTRY_SANDBOX", f"must be auto, required or off, not {GANTRY_SANDBOX!r}")
+GANTRY_ALLOW_UNISOLATED_JOBS = _get("bool", "GANTRY_ALLOW_UNISOLATED_JOBS", False)
+# Sandboxed jobs run as uid/gid BASE + (job id mod COUNT): not Gantry's, not a login user's.
+GANTRY_SANDBOX_UID_BASE = _get("int", "GANTRY_SANDBOX_UID_BASE", 200_000)
+GANTRY_SANDBOX_UID_COUNT = _get("int", "GANTRY_SANDBOX_UID_COUNT", 65_536)
+if GANTRY_SANDBOX_UID_BASE < 1000 or GANTRY_SANDBOX_UID_COUNT < 1:
+    _fail("GANTRY_SANDBOX_UID_BASE", "must be 1000 or more, with a COUNT of 1 or more")
+# Host directories every sandboxed job may read (shared code, a lab's datasets on NFS…),
+# besides its runtime. Never Gantry's checkout or data directory (a system check says so).
+GANTRY_JOB_READ_ONLY_PATHS = _get(
+    "list", "GANTRY_JOB_READ_ONLY_PATHS", [str(BASE_DIR / "examples")]
+)
 GANTRY_HEARTBEAT_SECONDS = _get("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
 # Kicked admission passes (after submits, cancels, finished jobs) start at most this often.
 GANTRY_ADMISSION_KICK_SECONDS = _get("float", "GANTRY_ADMISSION_KICK_SECONDS", 1.0)
@@ -469,17 +487,41 @@ GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 GANTRY_ACCESS_CACHE = _get("bool", "GANTRY_ACCESS_CACHE", bool(REDIS_URL))
 if GANTRY_ACCESS_CACHE and not REDIS_URL:
     _fail("GANTRY_ACCESS_CACHE", "needs REDIS_URL (a cache every process shares)")
-# API job lists answered from Redis while no job and no access has changed since
-# (core.listcache). Its entries are tagged with the access cache's generation.
-GANTRY_LIST_CACHE = _get("bool", "GANTRY_LIST_CACHE", GANTRY_ACCESS_CACHE)
-if GANTRY_LIST_CACHE and not GANTRY_ACCESS_CACHE:
-    _fail("GANTRY_LIST_CACHE", "needs GANTRY_ACCESS_CACHE (its entries carry the access generation)")
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
 GANTRY_JOB_GRACE_SECONDS = _get("int", "GANTRY_JOB_GRACE_SECONDS", 10)
 GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = _get("int", "GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS", 300)
 # A job token keeps working this long after the job ended, so final logs and outputs flush.
 GANTRY_JOB_TOKEN_GRACE_MINUTES = _get("int", "GANTRY_JOB_TOKEN_GRACE_MINUTES", 10)
 GANTRY_NOTEBOOK_IDLE_MINUTES = _get("int", "GANTRY_NOTEBOOK_IDLE_MINUTES", 120)
+# Notebooks are served from an origin of their own, one host per job, so that Gantry's
+# cookies never reach what a notebook shows (jobs/notebook_origin.py). `{job}` stands for
+# the job's id. The default: browsers resolve *.localhost to this machine by themselves,
+# and Gantry's cookies of 127.0.0.1 are never sent to <id>.nb.localhost.
+GANTRY_NOTEBOOK_PORT = _get("int", "GANTRY_NOTEBOOK_PORT", 8001)
+if not 0 < GANTRY_NOTEBOOK_PORT < 65536:
+    _fail("GANTRY_NOTEBOOK_PORT", f"a TCP port, 1 to 65535, not {GANTRY_NOTEBOOK_PORT}")
+GANTRY_NOTEBOOK_ORIGIN = _get(
+    "str", "GANTRY_NOTEBOOK_ORIGIN", f"http://{{job}}.nb.localhost:{GANTRY_NOTEBOOK_PORT}"
+).rstrip("/")
+_nb_origin = GANTRY_NOTEBOOK_ORIGIN.split("://", 1)
+if (
+    len(_nb_origin) != 2
+    or _nb_origin[0] not in ("http", "https")
+    or "/" in _nb_origin[1]
+    or _nb_origin[1].count("{job}") != 1
+    or not _nb_origin[1].startswith("{job}.")
+    or "{" in _nb_origin[1].replace("{job}", "", 1)
+):
+    _fail(
+        "GANTRY_NOTEBOOK_ORIGIN",
+        "an origin whose host starts with a {job} label, such as https://{job}.nb.lab.example "
+        f"(no path), not {GANTRY_NOTEBOOK_ORIGIN!r}",
+    )
+# A notebook request that gets no answer in this many seconds answers 504 (kernels and
+# terminals talk over websockets, which have no such limit).
+GANTRY_NOTEBOOK_TIMEOUT_SECONDS = _get("float", "GANTRY_NOTEBOOK_TIMEOUT_SECONDS", 10.0)
+if GANTRY_NOTEBOOK_TIMEOUT_SECONDS <= 0:
+    _fail("GANTRY_NOTEBOOK_TIMEOUT_SECONDS", "a number of seconds above 0")
 GANTRY_JOB_WORKDIR_RETENTION_HOURS = _get("int", "GANTRY_JOB_WORKDIR_RETENTION_HOURS", 72)
 for _name in ("GANTRY_LOCAL_CPUS", "GANTRY_LOCAL_MEMORY_MB", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS"):
     if globals()[_name] < 0:

@@ -1,70 +1,180 @@
-"""Run the web server (HTTP and websockets) and the background worker together.
+"""Run Gantry's web servers and the background worker together, in the foreground.
 
-`make run` uses this: one foreground command that starts uvicorn and django-q's
-cluster as child processes, prints where to go, and stops both on Ctrl-C or
-when either of them dies.
+Two layouts:
+
+- `manage.py serve` (what `make run` uses): uvicorn serving everything (pages, API,
+  websockets) through the stock ASGI application (config/asgi.py), plus django-q's
+  cluster. One machine, one port, no proxy.
+- `manage.py serve --production`: the production stack on this machine, as
+  platform/nginx/ describes it: gunicorn (threads) runs the WSGI application for pages
+  and the API, uvicorn the ASGI application for websockets and the notebook proxy, both on
+  Unix sockets, and nginx in front on `--port`, routing by path
+  (platform/nginx/gantry-routes.conf), plus the worker. With `--tls-cert` and `--tls-key`
+  nginx terminates TLS itself; without them it expects a TLS-terminating proxy in front
+  and passes on its `X-Forwarded-Proto`.
+
+Any child that dies stops the rest; Ctrl-C or SIGTERM stops them all.
 """
 
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 
 WORKER_NICENESS = 10
+ROUTES = Path(settings.BASE_DIR) / "platform" / "nginx" / "gantry-routes.conf"
 
 
-def reuse_port_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    # uvicorn --fd takes the socket for a Unix one and leaves Nagle on: set here, accepted
-    # connections inherit it (without it every small response waits 40 ms for an ACK).
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
-    return sock
+def nginx_binary() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+
+
+def nginx_conf(*, prefix: Path, listen: str, wsgi: str, asgi: str, tls: tuple[str, str] | None) -> str:
+    """A whole nginx.conf for the loopback production stack: the upstreams, one server,
+    and the routes every Gantry nginx shares (platform/nginx/gantry-routes.conf)."""
+    ssl = (
+        f"        listen {listen} ssl;\n"
+        f"        ssl_certificate {tls[0]};\n"
+        f"        ssl_certificate_key {tls[1]};\n"
+        if tls
+        else f"        listen {listen};\n"
+    )
+    return f"""\
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 2048; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/client_body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    # Behind TLS terminated here, https; behind another proxy, what that proxy says.
+    map $http_x_forwarded_proto $gantry_forwarded_proto {{ default $scheme; https https; }}
+    map $http_upgrade $connection_upgrade {{ default upgrade; "" close; }}
+    upstream gantry_wsgi {{ server unix:{wsgi}; keepalive 16; }}
+    upstream gantry_asgi {{ server unix:{asgi}; }}
+    server {{
+{ssl}        server_name _;
+        include {ROUTES};
+    }}
+}}
+"""
 
 
 class Command(BaseCommand):
-    help = "Start the web server and the background worker in the foreground."
+    help = "Start the web server(s) and the background worker in the foreground."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("GANTRY_HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("GANTRY_PORT", "8000")))
-        parser.add_argument("--web-workers", type=int, default=1)
+        parser.add_argument(
+            "--web-workers", type=int, default=1,
+            help="Processes of the web server (uvicorn; gunicorn with --production).",
+        )
+        parser.add_argument(
+            "--threads", type=int, default=4,
+            help="With --production: request threads in each gunicorn process.",
+        )
         parser.add_argument("--no-worker", action="store_true", help="Start only the web server.")
+        parser.add_argument(
+            "--production", action="store_true",
+            help="gunicorn (pages, API) and uvicorn (websockets, notebooks) behind nginx.",
+        )
+        parser.add_argument("--tls-cert", help="With --production: nginx terminates TLS with this certificate.")
+        parser.add_argument("--tls-key", help="With --production: the certificate's private key.")
 
-    def handle(self, *args, host, port, web_workers, no_worker, **options):
+    def handle(self, *args, host, port, web_workers, threads, no_worker, production, tls_cert, tls_key, **options):
+        if web_workers < 1 or threads < 1:
+            raise CommandError("--web-workers and --threads must be 1 or more.")
+        if bool(tls_cert) != bool(tls_key):
+            raise CommandError("--tls-cert and --tls-key go together.")
+        if (tls_cert or tls_key) and not production:
+            raise CommandError("--tls-cert and --tls-key need --production.")
         python = sys.executable
-        uvicorn = [python, "-m", "uvicorn", "config.asgi:application"]
-        uvicorn += ["--no-access-log", "--lifespan", "off"]
-        children = {}
-        if web_workers == 1:
-            children["web"] = subprocess.Popen([*uvicorn, "--host", host, "--port", str(port)])
+        children: dict[str, subprocess.Popen] = {}
+        run_dir = None
+        if production:
+            run_dir, scheme = self.start_production(
+                children, python, host, port, web_workers, threads, tls_cert, tls_key
+            )
         else:
-            # One socket per web process on the same port (SO_REUSEPORT): the kernel spreads
-            # connections over them evenly. With one shared socket (uvicorn --workers), the
-            # process that wins a burst of accepts keeps those keep-alive connections, and
-            # the load benchmark saw one worker busy while the other idled.
-            for n in range(web_workers):
-                sock = reuse_port_socket(host, port)
-                children[f"web {n + 1}"] = subprocess.Popen(
-                    [*uvicorn, "--fd", str(sock.fileno())], pass_fds=[sock.fileno()]
-                )
-                sock.close()  # the child has its copy
+            scheme = "http"
+            uvicorn = [python, "-m", "uvicorn", "config.asgi:application", "--no-access-log"]
+            uvicorn += ["--lifespan", "off", "--host", host, "--port", str(port)]
+            if web_workers > 1:
+                uvicorn += ["--workers", str(web_workers)]
+            children["web"] = subprocess.Popen(uvicorn)
         if not no_worker:
             # Behind the web processes for the CPU (and so are the local jobs it starts):
             # an admission pass or a job's start-up must not stall the pages people wait on.
             children["worker"] = subprocess.Popen(
                 [python, "manage.py", "qcluster"], preexec_fn=lambda: os.nice(WORKER_NICENESS)
             )
-        self.stdout.write(self.style.SUCCESS(f"\n  Gantry is up at http://{host}:{port}/\n"))
+        shown = f"[{host}]" if ":" in host else host
+        self.stdout.write(self.style.SUCCESS(f"\n  Gantry is up at {scheme}://{shown}:{port}/\n"))
+        try:
+            self.supervise(children)
+        finally:
+            if run_dir:
+                shutil.rmtree(run_dir, ignore_errors=True)
 
+    def start_production(self, children, python, host, port, web_workers, threads, tls_cert, tls_key):
+        nginx = nginx_binary()
+        if not nginx:
+            raise CommandError("--production needs nginx (apt-get install nginx).")
+        if settings.DEBUG:
+            raise CommandError("--production needs DEBUG off (GANTRY_ENV=production).")
+        # Sockets, nginx's pid and buffers. 0711: nginx's workers (another user when the
+        # master runs as root) reach the sockets and the buffer folders nginx makes them.
+        run_dir = Path(tempfile.mkdtemp(prefix="gantry-serve-"))
+        run_dir.chmod(0o711)
+        wsgi, asgi = run_dir / "wsgi.sock", run_dir / "asgi.sock"
+        children["wsgi"] = subprocess.Popen([
+            python, "-m", "gunicorn", "config.wsgi:application",
+            "--bind", f"unix:{wsgi}",
+            "--worker-class", "gthread", "--workers", str(web_workers), "--threads", str(threads),
+            # nginx buffers slow clients; a request that takes longer is stuck, not slow.
+            "--timeout", "120", "--graceful-timeout", "15",
+            "--forwarded-allow-ips", "*", "--no-control-socket",
+        ])
+        children["asgi"] = subprocess.Popen([
+            python, "-m", "uvicorn", "config.asgi:application", "--uds", str(asgi),
+            "--no-access-log", "--lifespan", "off",
+            "--proxy-headers", "--forwarded-allow-ips", "*",
+        ])
+        listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        tls = (str(Path(tls_cert).resolve()), str(Path(tls_key).resolve())) if tls_cert else None
+        conf = run_dir / "nginx.conf"
+        conf.write_text(nginx_conf(prefix=run_dir, listen=listen, wsgi=str(wsgi), asgi=str(asgi), tls=tls))
+        # nginx only once both sockets exist: before that it would answer 502.
+        deadline = time.monotonic() + 60
+        while not (wsgi.exists() and asgi.exists()):
+            for name, child in children.items():
+                if child.poll() is not None:
+                    self.stop_all(children)
+                    raise CommandError(f"{name} exited with code {child.returncode} while starting.")
+            if time.monotonic() > deadline:
+                self.stop_all(children)
+                raise CommandError("gunicorn and uvicorn did not open their sockets within 60 s.")
+            time.sleep(0.1)
+        children["proxy"] = subprocess.Popen(
+            [nginx, "-p", str(run_dir), "-c", str(conf), "-g", "daemon off;"]
+        )
+        return run_dir, "https" if tls else "http"
+
+    def supervise(self, children):
         stopping = False
 
         def stop(signum, frame):
@@ -81,12 +191,16 @@ class Command(BaseCommand):
                         stopping = True
                 time.sleep(0.5)
         finally:
-            for child in children.values():
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            for child in children.values():
-                try:
-                    child.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            self.stop_all(children)
+
+    @staticmethod
+    def stop_all(children):
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for child in children.values():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
