@@ -5,4 +5,4 @@ class AccountsConfig(AppConfig):
     name = "accounts"
 
     def ready(self):
-        from accounts import signals  # noqa: F401
+        from accounts import lockout, signals  # noqa: F401

@@ -1,9 +1,7 @@
 from datetime import timedelta
 
 from django import forms
-from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.forms import AuthenticationForm
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -87,34 +85,3 @@ class ApiTokenForm(forms.Form):
     def expires_at(self):
         days = self.cleaned_data.get("expires_in_days")
         return timezone.now() + timedelta(days=days) if days else None
-
-
-class RateLimitedAuthenticationForm(AuthenticationForm):
-    """Django's sign-in form, refusing a username + address pair after repeated failures."""
-
-    error_messages = {
-        **AuthenticationForm.error_messages,
-        "throttled": "Too many failed sign-in attempts. Try again in %(minutes)s minutes.",
-    }
-
-    def clean(self):
-        from accounts import ratelimit
-        from core import audit
-
-        username = self.cleaned_data.get("username") or ""
-        ip = self.request.META.get("REMOTE_ADDR") if self.request else None
-        if username and ratelimit.login_blocked(username, ip):
-            audit.record(None, "auth.login_throttled", username=username[:150])
-            raise forms.ValidationError(
-                self.error_messages["throttled"],
-                code="throttled",
-                params={"minutes": max(1, settings.GANTRY_LOGIN_LOCKOUT_SECONDS // 60)},
-            )
-        try:
-            cleaned = super().clean()
-        except forms.ValidationError:
-            if username:
-                ratelimit.record_login_failure(username, ip)
-            raise
-        ratelimit.reset_login_failures(username, ip)
-        return cleaned

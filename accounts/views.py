@@ -15,7 +15,6 @@ from accounts.forms import (
     ApiTokenForm,
     MemberAddForm,
     MemberRoleForm,
-    RateLimitedAuthenticationForm,
     TenantForm,
 )
 from accounts.models import ApiToken, Membership, Tenant
@@ -246,17 +245,10 @@ class SwitchTenantView(LoginRequiredMixin, View):
 
 
 class GantryLoginView(auth_views.LoginView):
-    """Local sign-in, rate-limited per username and address, offering single sign-on when on."""
-
-    authentication_form = RateLimitedAuthenticationForm
+    """Local sign-in (locked out after repeated failures: accounts/lockout.py), offering
+    single sign-on when on."""
 
     def get_context_data(self, **kwargs):
         from accounts.oidc import login_button_context
 
         return {**super().get_context_data(**kwargs), **login_button_context(self.request)}
-
-    def form_invalid(self, form):
-        response = super().form_invalid(form)
-        if any(error.code == "throttled" for error in form.errors.as_data().get("__all__", [])):
-            response.status_code = 429
-        return response

@@ -8,6 +8,7 @@ message naming the variable (see `_fail`).
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -90,6 +91,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_q",
     "django_htmx",
+    "axes",
     "core",
     "accounts",
     "projects",
@@ -114,6 +116,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "core.middleware.CurrentTenantMiddleware",
+    # Last, as django-axes asks: turns a refused sign-in into its lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -240,7 +244,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+# django-axes first: it refuses a locked-out username + address before any password check.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 # --- Single sign-on: OpenID Connect (Keycloak) -------------------------------
 # On when the issuer, client id and secret are all set; endpoints and keys come from
@@ -287,12 +295,29 @@ OIDC_OP_LOGOUT_URL_METHOD = "accounts.oidc.provider_logout_url"
 if OIDC_OP_ISSUER:
     AUTHENTICATION_BACKENDS.append("accounts.oidc.GantryOIDCBackend")
 
-# Sign-in attempts: after this many failures for one username from one address,
-# that pair is refused for the lockout period (counted in the cache: Redis in production).
+# Sign-in attempts (django-axes, accounts/lockout.py): after this many failures for one
+# username from one address, that pair is refused for the lockout period, on every door
+# (the sign-in page, the admin). Counted in the database, so every process agrees.
 GANTRY_LOGIN_MAX_FAILURES = _get("int", "GANTRY_LOGIN_MAX_FAILURES", 5)
 GANTRY_LOGIN_LOCKOUT_SECONDS = _get("int", "GANTRY_LOGIN_LOCKOUT_SECONDS", 900)
 if GANTRY_LOGIN_MAX_FAILURES < 1:
     _fail("GANTRY_LOGIN_MAX_FAILURES", "must be at least 1")
+if GANTRY_LOGIN_LOCKOUT_SECONDS < 1:
+    _fail("GANTRY_LOGIN_LOCKOUT_SECONDS", "must be at least 1")
+# Proxies in front that append the client's address to X-Forwarded-For (production:
+# nginx or the Ingress controller); 0 reads the address of the connection.
+GANTRY_TRUSTED_PROXIES = _get("int", "GANTRY_TRUSTED_PROXIES", 1 if PRODUCTION else 0)
+if GANTRY_TRUSTED_PROXIES < 0:
+    _fail("GANTRY_TRUSTED_PROXIES", "must not be negative")
+AXES_HANDLER = "axes.handlers.database.AxesDatabaseHandler"
+AXES_FAILURE_LIMIT = GANTRY_LOGIN_MAX_FAILURES
+AXES_COOLOFF_TIME = timedelta(seconds=GANTRY_LOGIN_LOCKOUT_SECONDS)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_CALLABLE = "accounts.lockout.username"
+AXES_CLIENT_IP_CALLABLE = "accounts.lockout.client_ip"
+AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
+AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins: Gantry's audit log has them
 
 # --- Files ---------------------------------------------------------------
 STATIC_URL = "/static/"

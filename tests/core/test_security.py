@@ -1,4 +1,5 @@
-"""Hardening: Content-Security-Policy, sign-in and token rate limits.
+"""Hardening: Content-Security-Policy and the token rate limit (sign-in lockout:
+tests/accounts/test_lockout.py).
 
 The browser test loads the main pages in Debian's chromium (Playwright) against the
 live server and fails on any CSP violation the browser reports. The ORM is used only
@@ -15,9 +16,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.throttling import ScopedRateThrottle
 
-from accounts import ratelimit
 from accounts.models import ApiToken
-from core.models import AuditEvent
 from jobs import services as job_services
 from tests.conftest import service_required
 
@@ -154,49 +153,9 @@ def _visit(context, base, paths, violations):
 
 @pytest.fixture
 def fresh_limits(owner):
-    ratelimit.reset_login_failures(owner.username, "127.0.0.1")
-    ratelimit.reset_login_failures(owner.username, "10.0.0.9")
     cache.delete(f"throttle_token_create_{owner.pk}")
     yield
-    ratelimit.reset_login_failures(owner.username, "127.0.0.1")
     cache.delete(f"throttle_token_create_{owner.pk}")
-
-
-def test_repeated_failed_sign_ins_lock_out_that_username_from_that_address(
-    client, owner, settings, fresh_limits
-):
-    settings.GANTRY_LOGIN_MAX_FAILURES = 3
-    for _ in range(3):
-        response = client.post(reverse("login"), {"username": "olivia", "password": "wrong"})
-        assert response.status_code == 200  # the usual "enter a correct username" page
-
-    response = client.post(reverse("login"), {"username": "olivia", "password": "pw-olivia"})
-    assert response.status_code == 429
-    assert "Too many failed sign-in attempts" in response.content.decode()
-    assert "_auth_user_id" not in client.session
-    assert AuditEvent.objects.filter(
-        action="auth.login_throttled", details__username="olivia"
-    ).exists()
-
-    # Another address is not locked out, and a success clears its count.
-    other = Client(REMOTE_ADDR="10.0.0.9")
-    response = other.post(reverse("login"), {"username": "olivia", "password": "pw-olivia"})
-    assert response.status_code == 302
-
-
-def test_a_successful_sign_in_resets_the_failure_count(client, owner, settings, fresh_limits):
-    settings.GANTRY_LOGIN_MAX_FAILURES = 2
-    client.post(reverse("login"), {"username": "olivia", "password": "wrong"})
-    assert (
-        client.post(reverse("login"), {"username": "olivia", "password": "pw-olivia"}).status_code
-        == 302
-    )
-    client.logout()
-    client.post(reverse("login"), {"username": "olivia", "password": "wrong"})
-    assert (
-        client.post(reverse("login"), {"username": "olivia", "password": "pw-olivia"}).status_code
-        == 302
-    )
 
 
 def test_token_creation_on_the_settings_page_shares_the_api_throttle(

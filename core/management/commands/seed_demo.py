@@ -1,6 +1,6 @@
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from accounts.models import Membership, Tenant, TenantRole
@@ -12,6 +12,13 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, **options):
+        if settings.GANTRY_ENV == "production":
+            # A superuser whose password is in the README would be anyone's.
+            raise CommandError(
+                "seed_demo creates a superuser with a published password (admin / "
+                "$GANTRY_DEMO_PASSWORD) and refuses to run with GANTRY_ENV=production. "
+                "Create the first administrator with `manage.py createsuperuser`."
+            )
         User = get_user_model()
         admin, created = User.objects.get_or_create(
             username="admin",
