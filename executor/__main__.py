@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .runner import EXIT_INTERNAL, Config, Runner
+from .sandbox import SPEC_ENV, SandboxError, parse_spec
 
 EXIT_USAGE = 64
 
@@ -107,8 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.final_flush_seconds is not None
             else _env_float("GANTRY_FINAL_FLUSH_SECONDS", 300.0)
         )
-    except ValueError as exc:
+        box = parse_spec(os.environ.get(SPEC_ENV))
+    except (ValueError, SandboxError) as exc:
         print(f"gantry-executor: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if box is not None and os.geteuid() != 0:
+        print(
+            f"gantry-executor: error: {SPEC_ENV} asks for a sandbox, which needs root "
+            "(to hand the job a user of its own)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     workdir = args.workdir or tempfile.mkdtemp(prefix=f"gantry-job-{args.job}-")
     cfg = Config(
@@ -118,6 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker=worker,
         workdir=workdir,
         final_flush_seconds=max(0.0, flush),
+        sandbox=box,
     )
     runner = Runner(cfg)
     runner.install_signal_handlers()

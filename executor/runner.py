@@ -18,6 +18,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import IO, Any
 
+from . import sandbox
 from .client import Client, FatalError, GiveUp, HttpError, log_stderr
 from .shipper import Shipper
 from .staging import StagingCancelled, StagingError, stage_inputs
@@ -42,6 +43,8 @@ class Config:
     worker: int
     workdir: str
     final_flush_seconds: float = 300.0
+    # The bubblewrap spec (executor.sandbox.parse_spec); None runs the command as is.
+    sandbox: dict[str, Any] | None = None
 
 
 def _signal_name(num: int) -> str:
@@ -211,6 +214,7 @@ class Runner:
 
         env = dict(os.environ)
         env.pop("GANTRY_JOB_TOKEN", None)
+        env.pop(sandbox.SPEC_ENV, None)
         for k, v in (spec.get("env") or {}).items():
             env[str(k)] = str(v)
         env.update(
@@ -227,10 +231,19 @@ class Runner:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
         open(self.metrics_file, "ab").close()
+        argv = command
+        box = self.cfg.sandbox
+        if box is not None:
+            try:
+                argv = self._sandboxed(command, box)
+            except OSError as exc:
+                self.log(f"cannot prepare the sandbox: {exc}")
+                return "failed", f"cannot prepare the sandbox: {exc}", EXIT_INTERNAL
+            env = sandbox.sandbox_env(env, spec.get("env") or {}, self.workdir)
 
         try:
             proc = subprocess.Popen(
-                command,
+                argv,
                 cwd=self.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -380,6 +393,22 @@ class Runner:
         if os.path.commonpath([self.workdir, path]) != self.workdir or path == self.workdir:
             return None
         return path
+
+    def _sandboxed(self, command: list[str], box: dict[str, Any]) -> list[str]:
+        """Give the workdir to the job's user and wrap `command` in bubblewrap."""
+        sandbox.prepare_workdir(
+            self.workdir, self.state_dir, self.metrics_file, box["uid"], box["gid"], box.get("shm")
+        )
+        package = os.path.dirname(os.path.realpath(sandbox.__file__))
+        self.log(f"sandboxed as uid {box['uid']}: sees its workdir, inputs and runtime only")
+        return sandbox.bwrap_argv(
+            box,
+            command,
+            workdir=self.workdir,
+            state_dir=self.state_dir,
+            metrics_file=self.metrics_file,
+            executor_package=package,
+        )
 
     def _killpg(self, sig: int) -> None:
         if self.proc is None:

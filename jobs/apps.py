@@ -9,7 +9,11 @@ class JobsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from jobs import signals, tasks  # noqa: F401
+        from jobs import (
+            proxy,  # noqa: F401 - registers the notebook origin's system check
+            tasks,
+        )
+        from jobs.backends import sandbox  # noqa: F401 - registers its system check
 
         post_migrate.connect(tasks.register_schedules, sender=self)
         post_spawn.connect(tasks.on_worker_spawn, dispatch_uid="jobs.adopt")

@@ -274,6 +274,9 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **
     never = never_runs(project, clean, backend)
     if never:
         raise ValidationError({never[0]: never[1]})
+    refusal = getattr(backend, "submit_problem", lambda project: None)(project)
+    if refusal:
+        raise ValidationError(refusal)
     job = Job.objects.create(
         project=project,
         created_by=actor,

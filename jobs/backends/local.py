@@ -14,6 +14,13 @@ What the operating system enforces and what it does not:
   OOM killer remains the last line.
 * Time: the executor enforces `timeout_seconds`; reconcile is a backstop.
 
+Isolation: when this machine can (root, bubblewrap), every worker's command runs in a
+sandbox (jobs/backends/sandbox.py decides, executor/sandbox.py wraps): its own uid, mount
+and PID namespaces, seeing its workdir, staged inputs, runtime and GPUs only. The
+executor stays outside, with the job token and the shared blob cache. Without a
+sandbox, jobs of a second tenant are refused (GANTRY_ALLOW_UNISOLATED_JOBS=true
+accepts the risk).
+
 Executors are started detached (own session, output to `executor.log` in the
 workdir) so they outlive a restart of the django-q worker; their pid and process
 start time (from /proc) let a new worker adopt them without mistaking a
@@ -38,6 +45,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from jobs.backends import sandbox
 from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
 from jobs.scheduler import Node
 
@@ -345,12 +353,24 @@ class LocalBackend(Backend):
             / f"worker-{rank}"
         )
 
+    def submit_problem(self, project) -> str | None:
+        """Why a job of `project` may not be submitted here (no sandbox, another tenant)."""
+        return sandbox.isolation_refusal(project)
+
     def launch(self, job, token_for_rank) -> None:
         from jobs.models import JobKind, JobWorker
 
+        refusal = sandbox.isolation_refusal(job.project, exclude_job=job)
+        if refusal:
+            raise RuntimeError(refusal)
+        boxed = sandbox.sandbox_status().available
         pythonpath = self._pythonpath()
         base_env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
         base_env["PYTHONPATH"] = str(pythonpath)
+        shm = None
+        if boxed and job.kind == JobKind.DISTRIBUTED:
+            # One /dev/shm for the workers of one gang (NCCL's shared-memory transport).
+            shm = Path(settings.GANTRY_JOBS_DIR) / str(job.pk) / f"attempt-{job.attempt}" / "shm"
         for worker in JobWorker.objects.filter(job=job).order_by("rank"):
             workdir = self.workdir(job, worker.rank)
             workdir.mkdir(parents=True, exist_ok=True)
@@ -363,6 +383,11 @@ class LocalBackend(Backend):
                 "GANTRY_FINAL_FLUSH_SECONDS": str(settings.GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS),
                 "GANTRY_CACHE_DIR": str(Path(settings.DATA_DIR) / "cache" / "blobs"),
             }
+            if boxed:
+                gpus = (job.placement.get("gpus") or {}).get(str(worker.rank), [])
+                env[sandbox.SPEC_ENV] = sandbox.worker_sandbox(
+                    job, self.interpreter(job.runtime), list(gpus), shm
+                )
             argv = [
                 sys.executable,
                 "-m",

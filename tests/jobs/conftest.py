@@ -22,15 +22,21 @@ WAIT_SECONDS = 60
 
 @pytest.fixture
 def job_settings(settings, tmp_path):
-    """Settings for fast, isolated jobs: small heartbeats, files under tmp_path."""
-    settings.GANTRY_JOBS_DIR = tmp_path / "jobs"
+    """Settings for fast, isolated jobs: small heartbeats, files beside tmp_path.
+
+    Sandboxed jobs (the default where bubblewrap works) may read tmp_path, where tests
+    write their scripts, but never Gantry's data: that goes to a sibling directory."""
+    data = tmp_path.parent / f"{tmp_path.name}-data"
+    settings.GANTRY_JOBS_DIR = data / "jobs"
     settings.STORAGES = {
         **settings.STORAGES,
         "default": {
             "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": tmp_path / "files"},
+            "OPTIONS": {"location": data / "files"},
         },
     }
+    tmp_path.chmod(0o755)  # a job runs as a uid of its own
+    settings.GANTRY_JOB_READ_ONLY_PATHS = [*settings.GANTRY_JOB_READ_ONLY_PATHS, str(tmp_path)]
     settings.GANTRY_LOCAL_CPUS = 4
     settings.GANTRY_LOCAL_MEMORY_MB = 8192
     settings.GANTRY_HEARTBEAT_SECONDS = 0.5

@@ -1,0 +1,246 @@
+"""Run the job's command in a bubblewrap sandbox (standard library only).
+
+The executor stays outside: it holds the job token, stages inputs from the machine's
+shared blob cache and ships logs. Only the user's command (or JupyterLab) goes in,
+with ``bwrap`` (run as root, no user namespace) making new mount, PID, IPC and UTS
+namespaces, then ``setpriv`` dropping to the job's own uid/gid with no capabilities,
+an empty bounding set and ``no_new_privs``. Inside it sees:
+
+* its working directory, writable, at the same path as outside (so paths such as
+  GANTRY_OUTPUTS_DIR need no translation) — except ``.gantry`` (the executor's state),
+  read-only and a mount point the job cannot rename, with the metrics file writable;
+* the runtime and the configured read-only paths, read-only;
+* /usr and the /etc files programs need (not /etc/shadow, not ssh keys);
+* /proc of its own PID namespace, a minimal /dev, a /tmp of its own, its GPUs' nodes.
+
+The network namespace is shared: distributed workers rendezvous on 127.0.0.1.
+
+No ``--new-session``: the command must stay in the executor's process group so that
+SIGTERM-then-SIGKILL and the memory accounting (the group's RSS) reach it; the executor
+has no controlling terminal (it is started in a session of its own), which is what
+``--new-session`` guards against.
+
+The spec comes from Gantry in GANTRY_SANDBOX (JSON), see :func:`parse_spec`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+SPEC_ENV = "GANTRY_SANDBOX"
+# Where the executor package (log_metric, preemption_requested) appears inside.
+PYTHONPATH = "/run/gantry/python"
+
+# /etc entries programs need; everything else of /etc stays out.
+ETC = (
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "host.conf",
+    "hostname",
+    "resolv.conf",
+    "gai.conf",
+    "localtime",
+    "timezone",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "mime.types",
+    "protocols",
+    "services",
+    "os-release",
+    "fonts",
+    "matplotlibrc",
+)
+# Top-level directories that merged-/usr systems make symlinks into /usr.
+USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Read-only hardware description (what Flatpak exposes): CPU topology, PCI devices.
+SYS = ("block", "bus", "class", "dev", "devices")
+
+
+class SandboxError(Exception):
+    """The sandbox spec is unusable; the message is shown to the user."""
+
+
+def parse_spec(raw: str | None) -> dict[str, Any] | None:
+    """The sandbox spec from GANTRY_SANDBOX, or None when jobs run unsandboxed.
+
+    Keys: bwrap, setpriv (absolute paths), uid, gid (ints, not 0), read_only (host
+    paths), devices (device nodes), shm (optional host directory for /dev/shm, shared
+    by the workers of one job)."""
+    if not raw:
+        return None
+    try:
+        spec = json.loads(raw)
+    except ValueError as exc:
+        raise SandboxError(f"{SPEC_ENV} is not JSON: {exc}") from exc
+    if not isinstance(spec, dict):
+        raise SandboxError(f"{SPEC_ENV} must be a JSON object")
+    for key in ("uid", "gid"):
+        value = spec.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise SandboxError(f"{SPEC_ENV}: {key} must be a positive integer, not {value!r}")
+    for key in ("bwrap", "setpriv"):
+        value = spec.get(key)
+        if not isinstance(value, str) or not os.path.isabs(value):
+            raise SandboxError(f"{SPEC_ENV}: {key} must be an absolute path, not {value!r}")
+    for key in ("read_only", "devices"):
+        value = spec.setdefault(key, [])
+        if not isinstance(value, list) or not all(
+            isinstance(p, str) and os.path.isabs(p) for p in value
+        ):
+            raise SandboxError(f"{SPEC_ENV}: {key} must be a list of absolute paths")
+    shm = spec.get("shm")
+    if shm is not None and not (isinstance(shm, str) and os.path.isabs(shm)):
+        raise SandboxError(f"{SPEC_ENV}: shm must be an absolute path")
+    return spec
+
+
+class _Mounts:
+    """bwrap arguments in order, with the parents of each mount point made first:
+    bwrap makes missing parents mode 0700 (root's), which the job's user could not
+    walk through, so each is made 0755 here unless an earlier mount provides it."""
+
+    def __init__(self) -> None:
+        self.args: list[str] = []
+        self.made: set[str] = {"/"}
+        self.mounted: list[str] = []
+
+    def _covered(self, path: str) -> bool:
+        return any(path == m or path.startswith(m.rstrip("/") + "/") for m in self.mounted)
+
+    def _parents(self, dest: str) -> None:
+        parts = dest.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:i])
+            if parent in self.made or self._covered(parent):
+                continue
+            self.args += ["--perms", "0755", "--dir", parent]
+            self.made.add(parent)
+
+    def add(self, option: str, src: str | None, dest: str) -> None:
+        self._parents(dest)
+        self.args += [option, dest] if src is None else [option, src, dest]
+        if src is not None:  # a host directory's own subdirectories already exist
+            self.mounted.append(dest)
+        self.made.add(dest)
+
+
+def bwrap_argv(
+    spec: dict[str, Any],
+    command: list[str],
+    *,
+    workdir: str,
+    state_dir: str,
+    metrics_file: str,
+    executor_package: str,
+) -> list[str]:
+    """The argv that runs `command` sandboxed (a pure function: no file is touched)."""
+    m = _Mounts()
+    m.add("--ro-bind", "/usr", "/usr")
+    for name in USR_LINKS:
+        path = "/" + name
+        if os.path.islink(path):
+            m.args += ["--symlink", os.readlink(path), path]
+            m.made.add(path)
+        elif os.path.isdir(path):
+            m.add("--ro-bind", path, path)
+    for name in ETC:
+        m.add("--ro-bind-try", "/etc/" + name, "/etc/" + name)
+    for name in SYS:
+        m.add("--ro-bind-try", "/sys/" + name, "/sys/" + name)
+    m.add("--proc", None, "/proc")
+    m.add("--dev", None, "/dev")
+    m.add("--tmpfs", None, "/tmp")
+    shm = spec.get("shm")
+    if shm:
+        m.add("--bind", shm, "/dev/shm")
+    else:
+        m.add("--tmpfs", None, "/dev/shm")
+    for device in spec.get("devices") or []:
+        m.add("--dev-bind-try", device, device)
+    for path in spec.get("read_only") or []:
+        m.add("--ro-bind-try", path, path)
+    m.add("--ro-bind", executor_package, PYTHONPATH + "/executor")
+    # Later mounts cover earlier ones: the workdir over any read-only parent, then
+    # the executor's state read-only over the workdir, then the metrics file writable.
+    m.add("--bind", workdir, workdir)
+    m.add("--ro-bind", state_dir, state_dir)
+    m.add("--bind", metrics_file, metrics_file)
+    uid, gid = str(spec["uid"]), str(spec["gid"])
+    return [
+        spec["bwrap"],
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        *m.args,
+        "--chdir",
+        workdir,
+        "--",
+        spec["setpriv"],
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+        *command,
+    ]
+
+
+def sandbox_env(env: dict[str, str], spec_env: dict[str, Any], workdir: str) -> dict[str, str]:
+    """The command's environment inside: a home in the workdir, its own /tmp, the
+    executor helpers on PYTHONPATH (unless the job set its own), no platform paths."""
+    env = dict(env)
+    for name in ("GANTRY_CACHE_DIR", "GANTRY_CACHE_MAX_BYTES", "GANTRY_FINAL_FLUSH_SECONDS"):
+        env.pop(name, None)
+    env.update({"HOME": workdir, "TMPDIR": "/tmp", "USER": "gantry-job", "LOGNAME": "gantry-job"})
+    if "PYTHONPATH" not in spec_env:
+        env["PYTHONPATH"] = PYTHONPATH
+    return env
+
+
+def prepare_workdir(
+    workdir: str, state_dir: str, metrics_file: str, uid: int, gid: int, shm: str | None
+) -> None:
+    """Hand the workdir to the job's user, keeping the executor's state root's.
+
+    Read-only files (staged read-only inputs: hard links to the machine's blob cache,
+    mode 0444) stay root's, so the job can read them but never change the cached blob;
+    so does the executor's own log beside them. Symbolic links are not followed."""
+    state_real = os.path.realpath(state_dir)
+    for dirpath, dirnames, filenames in os.walk(workdir):
+        if os.path.realpath(dirpath) == state_real:
+            dirnames[:] = []
+            continue
+        os.chown(dirpath, uid, gid, follow_symlinks=False)
+        for name in filenames:
+            if dirpath == workdir and name == "executor.log":
+                continue
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o222 and st.st_nlink == 1:
+                os.chown(path, uid, gid, follow_symlinks=False)
+    os.chown(state_dir, 0, 0, follow_symlinks=False)
+    os.chmod(state_dir, 0o755)
+    spool = os.path.join(state_dir, "spool")
+    if os.path.isdir(spool):
+        os.chmod(spool, 0o700)
+    os.chown(metrics_file, uid, gid, follow_symlinks=False)
+    os.chmod(metrics_file, 0o644)
+    if shm:
+        os.makedirs(shm, exist_ok=True)
+        os.chown(shm, uid, gid, follow_symlinks=False)
+        os.chmod(shm, 0o700)

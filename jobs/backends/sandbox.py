@@ -1,0 +1,281 @@
+"""Whether local jobs can be sandboxed here, and the sandbox each worker gets.
+
+The executor (executor/sandbox.py) does the wrapping; this module decides whether it
+can, what a worker may see (its runtime, the configured read-only paths, its GPUs),
+which user it runs as, and what Gantry does when there is no sandbox: a warning at
+start-up and on the cluster page, and jobs of one tenant only unless
+GANTRY_ALLOW_UNISOLATED_JOBS=true.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.core import checks
+
+SPEC_ENV = "GANTRY_SANDBOX"  # read by the executor: executor/sandbox.py
+PROBE_UID = 65534  # nobody: the probe only checks that a uid can be dropped to
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    available: bool
+    reason: str  # why not, in plain words ("" when available)
+    bwrap: str = ""
+    setpriv: str = ""
+
+
+@functools.lru_cache(maxsize=4)
+def _probe(mode: str) -> SandboxStatus:
+    if mode == "off":
+        return SandboxStatus(False, "the sandbox is turned off (GANTRY_SANDBOX=off)")
+    if os.geteuid() != 0:
+        return SandboxStatus(
+            False,
+            "Gantry does not run as root, so it cannot give each job a user of its own",
+        )
+    bwrap, setpriv = shutil.which("bwrap"), shutil.which("setpriv")
+    if not bwrap:
+        return SandboxStatus(False, "bubblewrap (bwrap) is not installed")
+    if not setpriv:
+        return SandboxStatus(False, "setpriv (util-linux) is not installed")
+    argv = [
+        bwrap,
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        setpriv,
+        f"--reuid={PROBE_UID}",
+        f"--regid={PROBE_UID}",
+        "--clear-groups",
+        "--no-new-privs",
+        "true",
+    ]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return SandboxStatus(False, f"bubblewrap could not be started: {exc}")
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        return SandboxStatus(
+            False,
+            "bubblewrap cannot make namespaces here"
+            + (f" ({detail[-1]})" if detail else f" (exit code {done.returncode})"),
+        )
+    return SandboxStatus(True, "", bwrap, setpriv)
+
+
+def sandbox_status() -> SandboxStatus:
+    """Cached per process: the probe starts a process."""
+    return _probe(settings.GANTRY_SANDBOX)
+
+
+def job_uid(job) -> int:
+    """The uid (and gid) a job's processes run as: one per job, none of them Gantry's."""
+    return settings.GANTRY_SANDBOX_UID_BASE + job.pk % settings.GANTRY_SANDBOX_UID_COUNT
+
+
+def exposes_gantry(path: str | Path) -> bool:
+    """True when binding `path` would show Gantry's data (its secret key, every tenant's
+    files, the jobs' workdirs, the blob cache): the path is in one of those directories
+    or holds one, or holds Gantry's checkout. A directory inside the checkout that is
+    not the data directory (its virtualenv, examples/) is fine."""
+    real = Path(os.path.realpath(path))
+    storage = (settings.STORAGES.get("default") or {}).get("OPTIONS") or {}
+    data = [
+        Path(os.path.realpath(p))
+        for p in (
+            settings.DATA_DIR,
+            settings.GANTRY_JOBS_DIR,
+            settings.MEDIA_ROOT,
+            storage.get("location") or settings.MEDIA_ROOT,
+        )
+    ]
+    base = Path(os.path.realpath(settings.BASE_DIR))
+    if real == base or real in base.parents:
+        return True
+    return any(real == d or real in d.parents or d in real.parents for d in data)
+
+
+def runtime_paths(interpreter: str) -> list[str]:
+    """What a Python interpreter needs to run: its virtualenv and its base installation
+    (a pyvenv.cfg's `home`, or the real interpreter's prefix), unless under /usr."""
+    paths: list[str] = []
+    python = Path(interpreter)
+    venv = python.parent.parent
+    cfg = venv / "pyvenv.cfg"
+    if cfg.is_file():
+        paths.append(str(venv.resolve()))
+        for line in cfg.read_text(errors="replace").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                paths.append(str(Path(value.strip()).resolve().parent))
+    real = Path(os.path.realpath(python))
+    paths.append(str(real.parent.parent))
+    seen: list[str] = []
+    for path in paths:
+        if path == "/usr" or path.startswith("/usr/") or path == "/" or path in seen:
+            continue
+        seen.append(path)
+    return seen
+
+
+def gpu_minors(gpu_indices: list[int]) -> list[int]:
+    """/dev/nvidia<minor> of each assigned GPU. NVML's index and the minor number agree
+    on ordinary machines; NVML is asked when it is there."""
+    try:
+        import pynvml
+    except ImportError:
+        return list(gpu_indices)
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return list(gpu_indices)
+    try:
+        return [
+            int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(i)))
+            for i in gpu_indices
+        ]
+    except Exception:
+        return list(gpu_indices)
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+# Control nodes every CUDA process needs, besides /dev/nvidia<minor> of its GPUs.
+NVIDIA_CONTROL = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+)
+
+
+def gpu_devices(minors: list[int], dev: str = "/dev") -> list[str]:
+    """Device nodes a worker with these GPUs sees: its /dev/nvidia<minor> nodes and the
+    control nodes that exist; none at all for a CPU-only worker."""
+    if not minors:
+        return []
+    nodes = [f"{dev}/nvidia{m}" for m in minors]
+    nodes += [
+        dev + n.removeprefix("/dev")
+        for n in NVIDIA_CONTROL
+        if os.path.exists(dev + n.removeprefix("/dev"))
+    ]
+    if os.path.isdir(f"{dev}/nvidia-caps"):
+        nodes.append(f"{dev}/nvidia-caps")
+    return nodes
+
+
+def worker_sandbox(job, interpreter: str, gpu_indices: list[int], shm: Path | None) -> str:
+    """GANTRY_SANDBOX for one worker's executor (JSON, see executor.sandbox.parse_spec)."""
+    status = sandbox_status()
+    read_only = [
+        p
+        for p in [*runtime_paths(interpreter), *settings.GANTRY_JOB_READ_ONLY_PATHS]
+        if not exposes_gantry(p)
+    ]
+    uid = job_uid(job)
+    fake = getattr(settings, "GANTRY_LOCAL_FAKE_GPUS", 0)
+    devices = [] if fake else gpu_devices(gpu_minors(gpu_indices))
+    spec = {
+        "bwrap": status.bwrap,
+        "setpriv": status.setpriv,
+        "uid": uid,
+        "gid": uid,
+        "read_only": read_only,
+        "devices": devices,
+    }
+    if shm is not None:
+        spec["shm"] = str(shm)
+    return json.dumps(spec)
+
+
+def isolation_refusal(project, exclude_job=None) -> str | None:
+    """Why a job of `project` may not run unsandboxed, or None.
+
+    Without a sandbox every job can read every other job's files and Gantry's own, so
+    Gantry runs the jobs of one tenant only, unless an administrator accepts the risk."""
+    if settings.GANTRY_JOB_BACKEND != "local" or settings.GANTRY_ALLOW_UNISOLATED_JOBS:
+        return None
+    status = sandbox_status()
+    if status.available:
+        return None
+    from jobs.models import Job
+
+    others = Job.objects.filter(backend="local").exclude(project__tenant=project.tenant_id)
+    if exclude_job is not None:
+        others = others.exclude(pk=exclude_job.pk)
+    if not others.exists():
+        return None
+    # The other tenant is not named: its existence is all a stranger may learn.
+    return (
+        f"Jobs here run without isolation ({status.reason}), so this Gantry runs the jobs "
+        "of one tenant only, and another tenant already has jobs. An administrator "
+        "can install bubblewrap and run Gantry as root, or set "
+        "GANTRY_ALLOW_UNISOLATED_JOBS=true to accept that jobs can read each other's "
+        "files and Gantry's."
+    )
+
+
+@checks.register(checks.Tags.security)
+def check_sandbox(app_configs=None, **kwargs):
+    """Start-up: say in plain words when local jobs cannot be isolated."""
+    if settings.GANTRY_JOB_BACKEND != "local":
+        return []
+    problems = []
+    for path in settings.GANTRY_JOB_READ_ONLY_PATHS:
+        if not os.path.isabs(path) or exposes_gantry(path):
+            problems.append(
+                checks.Error(
+                    f"GANTRY_JOB_READ_ONLY_PATHS holds {path!r}",
+                    hint="Give absolute paths outside Gantry's checkout and data directory "
+                    "(its secret key and every tenant's files are there).",
+                    id="jobs.E020",
+                )
+            )
+    status = sandbox_status()
+    if status.available:
+        return problems
+    if settings.GANTRY_SANDBOX == "required":
+        problems.append(
+            checks.Error(
+                f"Jobs cannot be sandboxed: {status.reason}.",
+                hint="GANTRY_SANDBOX=required: install bubblewrap and run Gantry as root.",
+                id="jobs.E021",
+            )
+        )
+        return problems
+    allowed = settings.GANTRY_ALLOW_UNISOLATED_JOBS
+    problems.append(
+        checks.Warning(
+            f"Jobs run without isolation: {status.reason}. A job can read Gantry's data "
+            "and other jobs' files.",
+            hint=(
+                "GANTRY_ALLOW_UNISOLATED_JOBS=true: jobs of every tenant run anyway."
+                if allowed
+                else "Only the jobs of one tenant are accepted; install bubblewrap and run "
+                "Gantry as root, or set GANTRY_ALLOW_UNISOLATED_JOBS=true to accept the risk."
+            ),
+            id="jobs.W020",
+        )
+    )
+    return problems
