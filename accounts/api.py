@@ -7,9 +7,9 @@ from rest_framework.throttling import ScopedRateThrottle
 from accounts import services
 from accounts.filters import ApiTokenFilterSet, MembershipFilterSet, TenantFilterSet
 from accounts.models import ApiToken, Membership, Tenant, TenantRole, TokenScope
-from core.api import VisibleRelatedField
+from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from projects.models import Project
-from projects.permissions import get_object_for_user
+from projects.permissions import get_object_for_user, token_of
 
 User = get_user_model()
 
@@ -77,7 +77,7 @@ class NewApiTokenSerializer(ApiTokenSerializer):
         fields = [*ApiTokenSerializer.Meta.fields, "key"]
 
 
-class TenantViewSet(viewsets.ModelViewSet):
+class TenantViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
     queryset = Tenant.objects.none()  # for the schema; requests use get_queryset
     serializer_class = TenantSerializer
     filterset_class = TenantFilterSet
@@ -89,9 +89,6 @@ class TenantViewSet(viewsets.ModelViewSet):
         "partial_update": "tenant.change",
         "destroy": "tenant.delete",
     }
-
-    def get_queryset(self):
-        return Tenant.objects.visible_to(self.request.user)
 
     def perform_create(self, serializer):
         serializer.instance = services.create_tenant(
@@ -107,7 +104,7 @@ class TenantViewSet(viewsets.ModelViewSet):
         services.delete_tenant(actor=self.request.user, tenant=instance)
 
 
-class MembershipViewSet(viewsets.ModelViewSet):
+class MembershipViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
     queryset = Membership.objects.none()
     filterset_class = MembershipFilterSet
     http_method_names = ["get", "post", "patch", "put", "delete", "head", "options"]
@@ -121,7 +118,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
     }
 
     def get_queryset(self):
-        return Membership.objects.visible_to(self.request.user).select_related("user", "tenant")
+        return super().get_queryset().select_related("user", "tenant")
 
     def get_serializer_class(self):
         return (
@@ -136,7 +133,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
             self.request.user,
             Tenant,
             "membership.manage",
-            token=self.request.auth,
+            token=token_of(self.request),
             pk=data["tenant"].pk,
         )
         serializer.instance = services.add_member(
@@ -154,6 +151,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
 
 
 class ApiTokenViewSet(
+    RestrictedViewSetMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -172,7 +170,7 @@ class ApiTokenViewSet(
         return [ScopedRateThrottle()] if self.action == "create" else []
 
     def get_queryset(self):
-        return ApiToken.objects.visible_to(self.request.user).select_related("project")
+        return super().get_queryset().select_related("project")
 
     @extend_schema(responses=NewApiTokenSerializer)
     def create(self, request, *args, **kwargs):
@@ -180,14 +178,18 @@ class ApiTokenViewSet(
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         project = data.get("project")
+        via = token_of(request)
         if project is not None:
-            project = get_object_for_user(request.user, Project, "project.view", pk=project.pk)
+            project = get_object_for_user(
+                request.user, Project, "project.view", token=via, pk=project.pk
+            )
         token, key = services.create_api_token(
             actor=request.user,
             name=data["name"],
             scope=data.get("scope", TokenScope.READ),
             project=project,
             expires_at=data.get("expires_at"),
+            via=via,
         )
         token.key = key
         return Response(NewApiTokenSerializer(token).data, status=201)

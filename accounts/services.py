@@ -128,12 +128,35 @@ def create_api_token(
     scope: str = TokenScope.READ,
     project=None,
     expires_at: datetime | None = None,
+    via: ApiToken | None = None,
 ) -> tuple[ApiToken, str]:
-    """Create a personal token. Returns the row and the secret, which is never stored."""
+    """Create a personal token. Returns the row and the secret, which is never stored.
+
+    `via` is the API token the request came with, if any: the new token may be no wider
+    than it. A read-only token creates none; a project-limited one only tokens limited
+    to its project; one that expires only tokens that expire no later (by default with
+    it). A sign-in (no token) may create any token of the user's.
+    """
     if not actor.is_authenticated:
         raise PermissionDenied
     if scope not in TokenScope.values:
         raise ValidationError({"scope": f"Unknown scope “{scope}”."})
+    if via is not None:
+        if via.scope != TokenScope.WRITE:
+            raise PermissionDenied("A read-only token cannot create tokens.")
+        if via.project_id is not None and (project is None or project.pk != via.project_id):
+            raise PermissionDenied(
+                f"This token is limited to one project (id {via.project_id}): it may only "
+                "create tokens limited to the same project."
+            )
+        if via.expires_at is not None:
+            if expires_at is None:
+                expires_at = via.expires_at
+            elif expires_at > via.expires_at:
+                raise PermissionDenied(
+                    "This token expires at "
+                    f"{via.expires_at.isoformat()}: it may only create tokens that expire no later."
+                )
     if expires_at is not None and expires_at <= timezone.now():
         raise ValidationError({"expires_at": "The expiry must be in the future."})
     if project is not None:
@@ -149,7 +172,12 @@ def create_api_token(
         key_hash=ApiToken.hash_key(key),
     )
     audit.record(
-        actor, "token.create", token, tenant=project.tenant if project else None, scope=scope
+        actor,
+        "token.create",
+        token,
+        tenant=project.tenant if project else None,
+        scope=scope,
+        **({"via": via.key_prefix} if via is not None else {}),
     )
     return token, key
 

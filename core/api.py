@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, pagination, permissions, serializers
 
-from projects.permissions import AUTHENTICATED, MATRIX_VIEW_OF, can
+from projects.permissions import AUTHENTICATED, MATRIX_VIEW_OF, can, restrict, token_of
 
 
 class Pagination(pagination.PageNumberPagination):
@@ -104,11 +104,16 @@ class MatrixPermission(permissions.BasePermission):
         if not (request.user and request.user.is_authenticated):
             return False
         action = self._action(view)
+        action_map = getattr(view, "action_map", None)
+        if action is None and action_map is not None and request.method.lower() not in action_map:
+            # A method the route does not take (POST to a GET-only download): 405, as a
+            # view without the route's other methods would answer, not a missing rule.
+            raise exceptions.MethodNotAllowed(request.method)
         if action is None:
             raise exceptions.PermissionDenied(
                 f"No permission rule for {view.__class__.__name__}.{getattr(view, 'action', '?')}"
             )
-        token = request.auth if hasattr(request.auth, "scope") else None
+        token = token_of(request)
         return not (
             token and token.scope == "read" and request.method not in permissions.SAFE_METHODS
         )
@@ -117,7 +122,7 @@ class MatrixPermission(permissions.BasePermission):
         action = self._action(view)
         if action == AUTHENTICATED:
             return True  # the queryset already holds only the user's own objects
-        token = request.auth if hasattr(request.auth, "scope") else None
+        token = token_of(request)
         if can(request.user, action, obj, token=token):
             return True
         view_action = MATRIX_VIEW_OF.get(action, action)
@@ -131,6 +136,39 @@ class MatrixPermission(permissions.BasePermission):
         if actions is None:
             return None
         return actions.get(getattr(view, "action", None)) or actions.get("*")
+
+
+class RestrictedViewSetMixin:
+    """Every API viewset's rows: `restrict(user, action, token)` of its model, so a list and
+    an object lookup reach the same rows, narrowed by the user's access and by the
+    request's API token (its project and scope). Subclasses refine `get_queryset` from
+    `super()` (joins, filters); they never start from the model's manager.
+
+    `scope_field` is the lookup from a row to its project (or tenant, for tenant-scoped
+    actions) where it is not `project` / `tenant` (see `restrict`); `public_rows`, rows
+    any signed-in user may read whatever their token (the public image catalog).
+    The queryset is restricted by the view action of the request's action (a change
+    reaches the rows the user can see; MatrixPermission then answers 403 or lets it
+    through), so what a token cannot see answers 404, as for the user.
+    """
+
+    scope_field: str | None = None
+    public_rows = None
+
+    def get_queryset(self):
+        model = self.queryset.model
+        request = getattr(self, "request", None)
+        action = MatrixPermission._action(self)
+        if request is None or action is None:
+            return model.objects.none()  # the schema generator; a refused request
+        if action != AUTHENTICATED:
+            action = MATRIX_VIEW_OF.get(action, action)
+        rows = restrict(
+            model.objects.all(), request.user, action, token_of(request), field=self.scope_field
+        )
+        if self.public_rows is not None and token_of(request) is not None:
+            rows = rows | model.objects.visible_to(request.user).filter(self.public_rows)
+        return rows
 
 
 @csrf_exempt  # answers every method the same; it changes nothing

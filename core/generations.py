@@ -3,8 +3,7 @@
 A cache entry is stored with the generations current when its rows were read; an entry
 whose generations are no longer current is never used, only replaced. So one `changed`
 makes every entry of its kind stale at once, without finding them. The access cache
-(projects.permissions), API tokens (accounts.authentication) and API lists
-(core.listcache) use them.
+(projects.permissions) and API tokens (accounts.authentication) use them.
 """
 
 import time

@@ -18,7 +18,7 @@ from django.views.generic import TemplateView
 
 from core.filters import AuditEventFilterSet
 from core.models import AuditEvent
-from projects.permissions import AUTHENTICATED, get_object_for_user
+from projects.permissions import AUTHENTICATED, get_object_for_user, restrict
 
 
 def apply_service_errors(form, error: ValidationError) -> None:
@@ -50,7 +50,8 @@ class ObjectListView(GantryView):
     paginator_class = Paginator
 
     def get_queryset(self):
-        return self.model.objects.visible_to(self.request.user)
+        # The API's lists start from the same `restrict`; a browser session has no token.
+        return restrict(self.model.objects.all(), self.request.user, self.permission_action)
 
     def get_extra_context(self):
         return {}

@@ -22,13 +22,13 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
-from core.api import VisibleRelatedField
+from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from core.parsers import JSONParser
 from datasets import downloads, services
 from datasets.filters import DatasetFilterSet
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession
 from projects.models import Project
-from projects.permissions import get_object_for_user
+from projects.permissions import get_object_for_user, token_of
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -182,7 +182,7 @@ def storage_unavailable(exc):
     return exc
 
 
-class DatasetViewSet(viewsets.ModelViewSet):
+class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
     queryset = Dataset.objects.none()
     filterset_class = DatasetFilterSet
     permission_actions = {
@@ -200,7 +200,7 @@ class DatasetViewSet(viewsets.ModelViewSet):
     }
 
     def get_queryset(self):
-        return Dataset.objects.visible_to(self.request.user).select_related("project", "created_by")
+        return super().get_queryset().select_related("project", "created_by")
 
     def get_serializer_class(self):
         if self.action in ("update", "partial_update"):
@@ -213,7 +213,7 @@ class DatasetViewSet(viewsets.ModelViewSet):
             self.request.user,
             Project,
             "dataset.create",
-            token=self.request.auth if hasattr(self.request.auth, "scope") else None,
+            token=token_of(self.request),
             pk=data.pop("project").pk,
         )
         serializer.instance = services.create_dataset(self.request.user, project, **data)
@@ -234,7 +234,11 @@ class DatasetViewSet(viewsets.ModelViewSet):
         body = CopySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         source = get_object_for_user(
-            request.user, DatasetVersion, "dataset.view", pk=body.validated_data["source"]
+            request.user,
+            DatasetVersion,
+            "dataset.view",
+            token=token_of(request),
+            pk=body.validated_data["source"],
         )
         version = services.copy_version(
             request.user, source, dataset, body.validated_data.get("message", "")
@@ -250,7 +254,9 @@ class DatasetViewSet(viewsets.ModelViewSet):
         dataset = self.get_object()
         body = FromJobSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = get_object_for_user(request.user, Job, "job.view", pk=body.validated_data["job"])
+        job = get_object_for_user(
+            request.user, Job, "job.view", token=token_of(request), pk=body.validated_data["job"]
+        )
         version = services.save_job_outputs(
             request.user, job, dataset, body.validated_data.get("message", "")
         )
@@ -294,8 +300,9 @@ class DatasetViewSet(viewsets.ModelViewSet):
         return Response(bucket_import_data(imp))
 
 
-class DatasetVersionViewSet(viewsets.ReadOnlyModelViewSet):
+class DatasetVersionViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     queryset = DatasetVersion.objects.none()
+    scope_field = "dataset__project"
     serializer_class = DatasetVersionSerializer
     permission_actions = {
         "list": "dataset.view",
@@ -304,9 +311,7 @@ class DatasetVersionViewSet(viewsets.ReadOnlyModelViewSet):
     }
 
     def get_queryset(self):
-        queryset = DatasetVersion.objects.visible_to(self.request.user).select_related(
-            "dataset__project", "created_by"
-        )
+        queryset = super().get_queryset().select_related("dataset__project", "created_by")
         dataset = self.request.query_params.get("dataset", "")
         if dataset.isdigit():
             queryset = queryset.filter(dataset_id=int(dataset))
@@ -319,8 +324,9 @@ class DatasetVersionViewSet(viewsets.ReadOnlyModelViewSet):
         return downloads.version_zip(self.get_object())
 
 
-class DatasetFileViewSet(viewsets.ReadOnlyModelViewSet):
+class DatasetFileViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     queryset = DatasetFile.objects.none()
+    scope_field = "version__dataset__project"
     serializer_class = DatasetFileSerializer
     permission_actions = {
         "list": "dataset.view",
@@ -338,9 +344,7 @@ class DatasetFileViewSet(viewsets.ReadOnlyModelViewSet):
         return super().list(request, *args, **kwargs)
 
     def get_queryset(self):
-        queryset = DatasetFile.objects.visible_to(self.request.user).select_related(
-            "version__dataset__project"
-        )
+        queryset = super().get_queryset().select_related("version__dataset__project")
         version = self.request.query_params.get("version", "")
         if version.isdigit():
             queryset = queryset.filter(version_id=int(version))
@@ -355,8 +359,9 @@ class DatasetFileViewSet(viewsets.ReadOnlyModelViewSet):
         return downloads.file_response(self.get_object())
 
 
-class UploadSessionViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
+class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.GenericViewSet):
     queryset = UploadSession.objects.none()
+    scope_field = "dataset__project"
     serializer_class = UploadStartSerializer
     permission_actions = {
         "create": "dataset.create",
@@ -369,9 +374,7 @@ class UploadSessionViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
     }
 
     def get_queryset(self):
-        return UploadSession.objects.visible_to(self.request.user).select_related(
-            "dataset__project"
-        )
+        return super().get_queryset().select_related("dataset__project")
 
     def handle_exception(self, exc):
         return super().handle_exception(storage_unavailable(exc))
@@ -387,9 +390,8 @@ class UploadSessionViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
         body = UploadStartSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        token = request.auth if hasattr(request.auth, "scope") else None
         dataset = get_object_for_user(
-            request.user, Dataset, "dataset.create", token=token, pk=data["dataset"]
+            request.user, Dataset, "dataset.create", token=token_of(request), pk=data["dataset"]
         )
         session = services.start_upload(
             request.user,

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import time
+import unicodedata
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -101,6 +102,8 @@ def file_sha256(path: Path) -> str:
 
 def upload(api: Api, dataset: int, files: dict[str, Path], resume: int | None = None,
            message: str = "", hash_files: bool = True, quiet: bool = False) -> dict:  # fmt: skip
+    # The server keeps names in NFKC (a macOS name in NFD comes back composed).
+    files = {unicodedata.normalize("NFKC", rel): p for rel, p in files.items()}
     if resume:
         session = api.call("GET", f"uploads/{resume}/")
     else:

@@ -33,6 +33,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from core import audit
+from core.names import check_segments, normal_name
 from datasets import storage
 from datasets.models import (
     ArchiveImport,
@@ -71,10 +72,12 @@ class CommitProblem(Exception):
 
 
 def clean_path(path: Any) -> str:
-    """A safe relative file path, or ValidationError saying what is wrong with it."""
+    """A safe relative file path in NFKC (core.names), or ValidationError saying what is
+    wrong with it."""
     if not isinstance(path, str) or not path:
         raise ValidationError("A file path is required.")
-    shown = repr(path[:100])
+    given, path = path, normal_name(path)
+    shown = repr(given[:100]) + ("" if path == given else f" (read as {path[:100]!r})")
     if "\x00" in path or any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in path):
         raise ValidationError(f"{shown}: file names may not contain control characters.")
     if "\\" in path:
@@ -88,6 +91,7 @@ def clean_path(path: Any) -> str:
         raise ValidationError(f"{shown}: too long (at most {MAX_PATH} bytes, {MAX_NAME} per name).")
     if parts[0] == ".gantry":
         raise ValidationError(f"{shown}: .gantry is reserved.")
+    check_segments(path, shown)
     return path
 
 

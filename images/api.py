@@ -1,16 +1,17 @@
 """The images API: thin serializers and viewsets over images.services."""
 
+from django.db.models import Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from accounts.models import Tenant
-from core.api import VisibleRelatedField
+from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from images import services
 from images.filters import RuntimeImageFilterSet
-from images.models import Framework, ImageBuild, RuntimeImage
-from projects.permissions import get_object_for_user
+from images.models import Framework, ImageBuild, ImageVisibility, RuntimeImage
+from projects.permissions import get_object_for_user, token_of
 
 
 class RuntimeImageSerializer(serializers.ModelSerializer):
@@ -109,12 +110,14 @@ class ImageBuildCreateSerializer(serializers.Serializer):
 
 
 class RuntimeImageViewSet(
+    RestrictedViewSetMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
     viewsets.ReadOnlyModelViewSet,
 ):
     queryset = RuntimeImage.objects.none()
+    public_rows = Q(visibility=ImageVisibility.PUBLIC)
     filterset_class = RuntimeImageFilterSet
     http_method_names = ["get", "post", "patch", "delete"]
     permission_actions = {
@@ -126,9 +129,6 @@ class RuntimeImageViewSet(
         "resolve": "image.change",
         "registry": "image.view",
     }
-
-    def get_queryset(self):
-        return RuntimeImage.objects.visible_to(self.request.user)
 
     def get_serializer_class(self):
         if self.action == "create":
@@ -143,7 +143,7 @@ class RuntimeImageViewSet(
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         tenant = get_object_for_user(
-            request.user, Tenant, "image.create", token=request.auth, pk=data.pop("tenant").pk
+            request.user, Tenant, "image.create", token=token_of(request), pk=data.pop("tenant").pk
         )
         image = services.create_image(request.user, tenant, **data)
         return Response(RuntimeImageSerializer(image).data, status=status.HTTP_201_CREATED)
@@ -188,13 +188,13 @@ class RuntimeImageViewSet(
         )
 
 
-class ImageBuildViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class ImageBuildViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = ImageBuild.objects.none()
     serializer_class = ImageBuildSerializer
     permission_actions = {"list": "image.view", "retrieve": "image.view", "create": "image.create"}
 
     def get_queryset(self):
-        return ImageBuild.objects.visible_to(self.request.user).select_related("base")
+        return super().get_queryset().select_related("base")
 
     def get_serializer_class(self):
         return ImageBuildCreateSerializer if self.action == "create" else ImageBuildSerializer
@@ -205,10 +205,10 @@ class ImageBuildViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         tenant = get_object_for_user(
-            request.user, Tenant, "image.create", token=request.auth, pk=data["tenant"].pk
+            request.user, Tenant, "image.create", token=token_of(request), pk=data["tenant"].pk
         )
         base = get_object_for_user(
-            request.user, RuntimeImage, "image.view", token=request.auth, pk=data["base"].pk
+            request.user, RuntimeImage, "image.view", token=token_of(request), pk=data["base"].pk
         )
         directory = data["directory"].rstrip("/")
         build = services.start_build(

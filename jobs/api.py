@@ -9,16 +9,15 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from core.api import VisibleRelatedField
+from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from core.links import object_url
-from core.listcache import CachedListMixin
 from core.paging import DeferredJoinPagination
 from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
-from jobs.queries import lines_before, log_lines
+from jobs.queries import count_lines_after, lines_before, log_lines
 from projects.models import Project
-from projects.permissions import get_object_for_user
+from projects.permissions import get_object_for_user, token_of
 
 
 class JobWorkerSerializer(serializers.ModelSerializer):
@@ -29,7 +28,8 @@ class JobWorkerSerializer(serializers.ModelSerializer):
 
 
 class JobEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Null for what Gantry did itself (admission, the runner) or a deleted user.
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = JobEvent
@@ -38,7 +38,7 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.IntegerField(source="project.tenant_id", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     url = serializers.SerializerMethodField()
     # The image the job runs in (images.JobImage): its id, the reference as submitted
     # (with the tag) and the digest resolved at submit time; null when it names none.
@@ -260,7 +260,24 @@ class LogLineSerializer(serializers.Serializer):
     worker = serializers.IntegerField()
     stream = serializers.CharField()
     ts = serializers.FloatField(allow_null=True)
-    text = serializers.CharField()
+    text = serializers.CharField(allow_blank=True)
+
+
+class LogPageSerializer(serializers.Serializer):
+    """One page of a worker's log: paged by sequence number, not by page number."""
+
+    worker = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="How many lines the worker has logged in all.")
+    results = LogLineSerializer(many=True)
+    next_after = serializers.IntegerField(
+        required=False, help_text="Forwards: pass back as `after` for the next lines."
+    )
+    next_before = serializers.IntegerField(
+        required=False, help_text="Backwards: pass back as `before` for earlier lines."
+    )
+    complete = serializers.BooleanField(
+        help_text="Forwards: no more lines for now; backwards: the first line is here."
+    )
 
 
 class MetricPointSerializer(serializers.ModelSerializer):
@@ -280,11 +297,10 @@ class ArtifactSerializer(serializers.ModelSerializer):
         return reverse("artifact-download", args=[artifact.pk])
 
 
-class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Job.objects.none()
     filterset_class = JobFilterSet
     pagination_class = DeferredJoinPagination
-    list_generations = ("jobs",)
     permission_actions = {
         "list": "job.view",
         "retrieve": "job.view",
@@ -297,7 +313,7 @@ class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyMode
     }
 
     def get_queryset(self):
-        queryset = Job.objects.visible_to(self.request.user)
+        queryset = super().get_queryset()
         if self.action == "list":
             return queryset  # filtered and counted on the jobs table; page_rows reads the page
         queryset = queryset.select_related("project", "created_by", "image_record__image")
@@ -325,7 +341,7 @@ class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyMode
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         project = get_object_for_user(
-            request.user, Project, "job.submit", token=request.auth, pk=data.pop("project").pk
+            request.user, Project, "job.submit", token=token_of(request), pk=data.pop("project").pk
         )
         image_id = data.pop("image", None)
         if image_id is not None:
@@ -361,7 +377,7 @@ class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyMode
             ),
             OpenApiParameter("limit", OpenApiTypes.INT, description="at most this many (≤ 5000)"),
         ],
-        responses=LogLineSerializer(many=True),
+        responses=LogPageSerializer,
     )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
@@ -378,11 +394,13 @@ class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyMode
             raise serializers.ValidationError(
                 "worker, after, before and limit are integers."
             ) from None
+        count = count_lines_after(job, worker=worker, after=0)
         if before is not None:
             lines = lines_before(job, worker=worker, before=before, limit=limit)
             return Response(
                 {
                     "worker": worker,
+                    "count": count,
                     "results": lines,
                     "next_before": lines[0]["seq"] if lines else before,
                     "complete": not lines or lines[0]["seq"] <= 1,
@@ -392,6 +410,7 @@ class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyMode
         return Response(
             {
                 "worker": worker,
+                "count": count,
                 "results": lines,
                 "next_after": lines[-1]["seq"] if lines else after,
                 "complete": len(lines) < limit,
@@ -419,17 +438,20 @@ class JobViewSet(CachedListMixin, mixins.CreateModelMixin, viewsets.ReadOnlyMode
     @extend_schema(responses=ArtifactSerializer(many=True))
     @action(detail=True, methods=["get"])
     def artifacts(self, request, pk=None):
+        """The job's output files, a page at a time like every list."""
         job = self.get_object()
-        return Response(ArtifactSerializer(job.artifacts.all(), many=True).data)
+        page = self.paginate_queryset(job.artifacts.order_by("worker", "path"))
+        return self.get_paginated_response(ArtifactSerializer(page, many=True).data)
 
 
-class ArtifactViewSet(viewsets.ReadOnlyModelViewSet):
+class ArtifactViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Artifact.objects.none()
     serializer_class = ArtifactSerializer
+    scope_field = "job__project"
     permission_actions = {"list": "job.view", "retrieve": "job.view", "download": "job.view"}
 
     def get_queryset(self):
-        queryset = Artifact.objects.visible_to(self.request.user).select_related("job__project")
+        queryset = super().get_queryset().select_related("job__project")
         job = self.request.query_params.get("job")
         if job and job.isdigit():
             queryset = queryset.filter(job_id=int(job))

@@ -12,7 +12,6 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
-from core import listcache
 from core.links import object_url
 from jobs.states import BADGES, TERMINAL, JobState
 from projects.models import Project, in_visible_projects
@@ -25,25 +24,8 @@ class JobKind(models.TextChoices):
 
 
 class JobQuerySet(models.QuerySet):
-    """Writes that skip the model's signals (update, and bulk_update through it;
-    bulk_create) tell cached job lists too (jobs.signals)."""
-
     def visible_to(self, user):
         return in_visible_projects(self, user)
-
-    def update(self, **kwargs):
-        rows = super().update(**kwargs)
-        if rows:
-            listcache.changed("jobs")
-        return rows
-
-    update.alters_data = True
-
-    def bulk_create(self, objs, *args, **kwargs):
-        created = super().bulk_create(objs, *args, **kwargs)
-        if created:
-            listcache.changed("jobs")
-        return created
 
 
 class Job(models.Model):

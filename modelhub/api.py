@@ -7,7 +7,7 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from core.api import VisibleRelatedField
+from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from images.models import RuntimeImage
 from jobs.api import JobSerializer
 from jobs.models import Job
@@ -15,7 +15,7 @@ from modelhub import services
 from modelhub.filters import RegisteredModelFilterSet
 from modelhub.models import Alias, ModelFile, ModelVersion, RegisteredModel
 from projects.models import Project
-from projects.permissions import get_object_for_user
+from projects.permissions import get_object_for_user, token_of
 
 
 class AliasSerializer(serializers.ModelSerializer):
@@ -129,6 +129,7 @@ class PredictSerializer(serializers.Serializer):
 
 
 class RegisteredModelViewSet(
+    RestrictedViewSetMixin,
     mixins.CreateModelMixin,
     mixins.UpdateModelMixin,
     mixins.DestroyModelMixin,
@@ -149,7 +150,8 @@ class RegisteredModelViewSet(
 
     def get_queryset(self):
         return (
-            RegisteredModel.objects.visible_to(self.request.user)
+            super()
+            .get_queryset()
             .select_related("project")
             .prefetch_related("aliases__version")
         )
@@ -169,7 +171,7 @@ class RegisteredModelViewSet(
         if "project" not in data:
             raise serializers.ValidationError({"project": "This field is required."})
         project = get_object_for_user(
-            request.user, Project, "model.register", token=request.auth, pk=data.pop("project").pk
+            request.user, Project, "model.register", token=token_of(request), pk=data.pop("project").pk
         )
         model = services.create_model(request.user, project, **data)
         return Response(RegisteredModelSerializer(model).data, status=status.HTTP_201_CREATED)
@@ -221,8 +223,9 @@ class RegisteredModelViewSet(
         return Response(services.compare_versions(a, b))
 
 
-class ModelVersionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class ModelVersionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = ModelVersion.objects.none()
+    scope_field = "model__project"
     permission_actions = {
         "list": "model.view",
         "retrieve": "model.view",
@@ -233,7 +236,8 @@ class ModelVersionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
     def get_queryset(self):
         queryset = (
-            ModelVersion.objects.visible_to(self.request.user)
+            super()
+            .get_queryset()
             .select_related("model__project")
             .prefetch_related("files")
         )
@@ -250,7 +254,7 @@ class ModelVersionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         serializer = ModelVersionCreateSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        user, token = request.user, request.auth
+        user, token = request.user, token_of(request)
         model = data.get("model")
         if model is not None:
             model = get_object_for_user(
@@ -307,7 +311,7 @@ class ModelVersionViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         image = data.pop("image", None)
         if image is not None:
             image = get_object_for_user(
-                request.user, RuntimeImage, "image.view", token=request.auth, pk=image.pk
+                request.user, RuntimeImage, "image.view", token=token_of(request), pk=image.pk
             )
         job = services.predict(request.user, version, image=image, **data)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)

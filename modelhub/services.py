@@ -23,6 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core import audit
+from core.names import check_segments, normal_name
 from modelhub.formats import UnknownFormat, detect_format
 from modelhub.models import Alias, AliasMove, ModelFile, ModelVersion, RegisteredModel
 from projects.permissions import require
@@ -52,7 +53,7 @@ def _clean_tags(tags) -> list[str]:
 
 
 def _clean_path(path: str) -> str:
-    path = (path or "").replace("\\", "/").strip()
+    path = normal_name(path or "").replace("\\", "/").strip()
     parts = path.split("/")
     if (
         not path
@@ -62,6 +63,10 @@ def _clean_path(path: str) -> str:
         or len(path) > 900
     ):
         raise ValidationError({"files": f"“{path}” is not a usable relative file name."})
+    try:
+        check_segments(path, f"“{path}”")
+    except ValidationError as error:
+        raise ValidationError({"files": error.messages}) from None
     return path
 
 

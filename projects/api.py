@@ -2,11 +2,11 @@ from django.contrib.auth import get_user_model
 from rest_framework import serializers, viewsets
 
 from accounts.models import Tenant
-from core.api import VisibleRelatedField
+from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from projects import services
 from projects.filters import ProjectFilterSet, ProjectMemberFilterSet
 from projects.models import Project, ProjectMember, ProjectRole
-from projects.permissions import get_object_for_user
+from projects.permissions import get_object_for_user, token_of
 
 User = get_user_model()
 
@@ -53,7 +53,7 @@ class ProjectMemberUpdateSerializer(ProjectMemberSerializer):
         read_only_fields = ["id", "project", "user", "created_at"]
 
 
-class ProjectViewSet(viewsets.ModelViewSet):
+class ProjectViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
     queryset = Project.objects.none()  # for the schema; requests use get_queryset
     filterset_class = ProjectFilterSet
     permission_actions = {
@@ -66,7 +66,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
     }
 
     def get_queryset(self):
-        return Project.objects.visible_to(self.request.user).select_related("tenant")
+        return super().get_queryset().select_related("tenant")
 
     def get_serializer_class(self):
         return (
@@ -81,7 +81,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
             self.request.user,
             Tenant,
             "project.create",
-            token=self.request.auth,
+            token=token_of(self.request),
             pk=data.pop("tenant").pk,
         )
         serializer.instance = services.create_project(
@@ -97,7 +97,7 @@ class ProjectViewSet(viewsets.ModelViewSet):
         services.delete_project(actor=self.request.user, project=instance)
 
 
-class ProjectMemberViewSet(viewsets.ModelViewSet):
+class ProjectMemberViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
     queryset = ProjectMember.objects.none()
     filterset_class = ProjectMemberFilterSet
     permission_actions = {
@@ -110,7 +110,7 @@ class ProjectMemberViewSet(viewsets.ModelViewSet):
     }
 
     def get_queryset(self):
-        return ProjectMember.objects.visible_to(self.request.user).select_related("user", "project")
+        return super().get_queryset().select_related("user", "project")
 
     def get_serializer_class(self):
         if self.action in ("update", "partial_update"):
@@ -123,7 +123,7 @@ class ProjectMemberViewSet(viewsets.ModelViewSet):
             self.request.user,
             Project,
             "projectmember.manage",
-            token=self.request.auth,
+            token=token_of(self.request),
             pk=data["project"].pk,
         )
         serializer.instance = services.add_project_member(

@@ -3,12 +3,13 @@ from django.db.models import Q
 
 from accounts.models import Tenant
 from projects.models import Project, ProjectMember, ProjectRole, Visibility
+from projects.permissions import restrict, token_of
 
 
 def visible_tenants(request):
     if request is None:
         return Tenant.objects.none()
-    return Tenant.objects.visible_to(request.user)
+    return restrict(Tenant.objects.all(), request.user, "tenant.view", token_of(request))
 
 
 class ProjectFilterSet(django_filters.FilterSet):

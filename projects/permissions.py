@@ -239,6 +239,51 @@ def token_allows(token, action: str, obj) -> bool:
     return True
 
 
+def token_of(request):
+    """The personal API token a request came with (`request.auth`), or None: a browser
+    session, an SSO bearer token (its claims) and no authentication carry no token."""
+    from accounts.models import ApiToken
+
+    auth = getattr(request, "auth", None)
+    return auth if isinstance(auth, ApiToken) else None
+
+
+def restrict(queryset, user, action: str, token=None, *, field: str | None = None):
+    """The rows of `queryset` that `user` may reach for `action`, narrowed to what `token`
+    reaches when the request came with one (NetBox's `RestrictedQuerySet.restrict`).
+
+    Every list, HTML and API, and every API object lookup starts here: first
+    `visible_to(user)`, then, with a token, the same narrowing `token_allows` applies to
+    one object: a read-only token reaches nothing for a write, and a project-limited
+    token only its project's rows (project-scoped actions) or its project's tenant's rows
+    (tenant-scoped reads; tenant-scoped writes reach nothing). `field` is the lookup from
+    a row to its project (or tenant, for tenant-scoped actions), by default `project` /
+    `tenant`, or the row itself for Project and Tenant. For AUTHENTICATED (the user's own
+    rows: their tokens), a project-limited token reaches the rows of its project.
+    """
+    from accounts.models import Tenant
+    from projects.models import Project
+
+    queryset = queryset.visible_to(user)
+    if token is None:
+        return queryset
+    if action != AUTHENTICATED and token.scope == "read" and not is_read_action(action):
+        return queryset.none()
+    if token.project_id is None:
+        return queryset
+    model = queryset.model
+    if action == AUTHENTICATED or MATRIX[action].scope == PROJECT:
+        target, target_id = Project, token.project_id
+    elif not is_read_action(action):
+        return queryset.none()
+    else:
+        target, target_id = Tenant, token.project.tenant_id
+    if field is None:
+        field = "pk" if model is target else target.__name__.lower()
+    lookup = field if field == "pk" or field.endswith("_id") else f"{field}_id"
+    return queryset.filter(**{lookup: target_id})
+
+
 def require(user, action: str, obj, token=None) -> None:
     """Raise PermissionDenied unless the user may take the action (services call this)."""
     if not can(user, action, obj, token=token):

@@ -41,11 +41,6 @@ def test_production_check_deploy_is_clean(tmp_path):
     assert "no issues" in result.stdout
 
 
-def test_the_list_cache_needs_the_access_cache():
-    result = manage("check", GANTRY_LIST_CACHE="true")  # no REDIS_URL: no access cache
-    assert result.returncode != 0 and "Configuration error in GANTRY_LIST_CACHE" in result.stderr
-
-
 @pytest.mark.parametrize("value,prepared", [("", True), ("false", False)])
 def test_postgresql_statements_are_prepared_unless_turned_off(value, prepared):
     show = "from django.db import connection as c; o = c.settings_dict['OPTIONS']; print(o.get('server_side_binding'), o.get('prepare_threshold'))"

@@ -20,7 +20,8 @@
 
   // --- picking files ------------------------------------------------------------------
   function add(file, path) {
-    path = (path || file.webkitRelativePath || file.name).replace(/^\/+/, "");
+    // NFKC: the server keeps names so, and answers with them.
+    path = (path || file.webkitRelativePath || file.name).replace(/^\/+/, "").normalize("NFKC");
     picked.set(path, file);
   }
   function readEntry(entry, prefix) {
