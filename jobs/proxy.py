@@ -1,73 +1,94 @@
-"""The way into a job's JupyterLab: Gantry is a reverse proxy in front of it.
+"""The way into a job's JupyterLab: its own origin, a ticket, and a reverse proxy.
 
-JupyterLab listens on 127.0.0.1 (or its pod) with a random token and
-``--ServerApp.base_url=/jobs/<id>/lab/``. Browsers never talk to it directly:
-every request goes to ``/jobs/<id>/lab/...`` on Gantry, which checks that the
-user may view the job, adds ``Authorization: token <token>`` and relays the
-request (this module: HTTP; `jobs.proxy_consumers`: websockets). Because the
-base URL is the same on both sides, no link in a page needs rewriting.
+A notebook shows whatever its files hold, and anyone who may write them can make
+a page that runs script in the browser of whoever opens it. So notebooks are not
+served from Gantry's origin, where such a script would carry the user's Gantry
+session. Each running notebook has an origin of its own, `GANTRY_NOTEBOOK_ORIGIN`
+with `{job}` replaced by the job's id (``http://7.nb.localhost:8001`` by default,
+``https://7.nb.lab.example`` in production), served by `jobs.notebook_origin`, a
+small ASGI application that is nothing but this proxy: no Django session, no
+Gantry cookie, no Gantry page. Gantry's cookies are host-only (no Domain), so a
+browser never sends them there.
 
-The token never leaves the server. JupyterLab writes it into the page config of
-its HTML pages (``page_config["token"]`` in jupyterlab/labapp.py), so textual
-response bodies are relayed with the token bytes removed (streamed, chunk by
-chunk, never buffered whole); its frontend then sends no token of its own, and
-we add it. That is the only change made to a body.
+Entering, as JupyterHub's subdomain mode does with its OAuth hand-off:
 
-CSRF, and why this view keeps it. A user reaches the notebook with the Gantry
-session cookie, which a browser attaches to cross-site requests too, so a
-cross-site POST to ``/jobs/<id>/lab/api/kernels/...`` must not be able to start
-or drive a kernel. Jupyter's own XSRF check does not help here: Jupyter skips
-it for token-authenticated requests (``JupyterHandler.check_xsrf_cookie``
-returns early when ``self.token_authenticated``), and every request this proxy
-sends upstream is token-authenticated. So Django's CSRF protection stays on for
-unsafe methods: the Origin (and, over HTTPS, Referer) checks and the
-cookie/token comparison of `CsrfViewMiddleware`, run by `_csrf_rejection`.
-Two adaptations let JupyterLab's own frontend pass it unchanged:
+1. The browser opens ``<notebook origin>/jobs/<id>/lab/...`` with no notebook
+   session. The origin sets a random `state` cookie (host-only) and redirects to
+   Gantry's ``/jobs/<id>/notebook/?state=...&path=...`` (`notebook_open`).
+2. Gantry, with the user's session, checks `job.exec` (the job's submitter and
+   project maintainers; never viewers) and that the job is a running notebook,
+   and redirects back to ``<notebook origin>/_gantry/enter?ticket=...``. The
+   ticket is signed (django.core.signing, salted), lives 60 seconds, names one
+   user, one job and the `state`, and carries a nonce.
+3. The origin redeems it: the signature and age, the job of this host, the
+   `state` cookie of this browser (so a ticket seen elsewhere opens nothing, and
+   nobody can push their own notebook session into someone else's browser), the
+   nonce never seen before (a `NotebookTicket` row: one redemption, whichever
+   process it reaches), and `job.exec` once more. It then sets the notebook
+   session cookie, host-only, HttpOnly, SameSite=Lax (Secure and ``__Host-`` over
+   https), signed, for this user and this job, and redirects to drop the ticket
+   from the address bar.
 
-* JupyterLab sends the value of its ``_xsrf`` cookie as ``X-XSRFToken``; the
-  proxy sets ``_xsrf`` (path ``/jobs/<id>/lab/``) to Django's CSRF token on the
-  HTML pages it relays, and accepts ``X-XSRFToken`` wherever Django would read
-  ``X-CSRFToken``.
-* The token is read from headers only, never from a form body, because the
-  body is relayed untouched (Django would otherwise parse a urlencoded or
-  multipart body looking for ``csrfmiddlewaretoken``). So the view is
-  `csrf_exempt` for the middleware and runs the same check itself.
+Every request and websocket on the origin re-reads that cookie and checks
+`job.exec` in the database again (a removed member or a demoted submitter is out
+at the next request; open websockets are re-checked every
+GANTRY_WS_RECHECK_SECONDS), and the user's password must not have changed since.
 
-Cookies go neither way: Gantry's cookies (session, CSRF, ``_xsrf``, language,
-messages) are not forwarded upstream, and the ``Set-Cookie`` headers Jupyter
-sends are dropped, since user code runs behind this proxy (e.g. apps behind
-jupyter-server-proxy) and must not be able to set cookies, such as
-``csrftoken`` or ``sessionid``, on Gantry's origin.
+CSRF. Jupyter skips its own XSRF check for token-authenticated requests, and
+every request the proxy sends upstream carries the token, so the origin checks
+unsafe methods itself: the Origin header must be this notebook's origin, and
+``X-XSRFToken`` must equal the secret held in the notebook session (JupyterLab's
+frontend sends its ``_xsrf`` cookie's value there; the proxy sets that cookie on
+the HTML pages it relays). Other notebooks of the same site cannot send that
+header cross-origin, nor learn the value.
+
+The Jupyter token never leaves the server: it is added upstream, and removed from
+textual bodies (JupyterLab writes it into its page config), streamed chunk by
+chunk. ``Set-Cookie`` from upstream is dropped (apps behind the notebook must not
+set cookies on the origin, e.g. the session's name).
+
+A stalled notebook stalls no one else: the origin is fully async (no thread is
+held while it waits), each user and each notebook has a bounded number of
+requests in flight, and a notebook that does not answer within
+GANTRY_NOTEBOOK_TIMEOUT_SECONDS gets a 504. Gantry's own web processes never
+proxy notebooks at all.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+import re
+import secrets
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import NamedTuple
+from urllib.parse import quote, urlencode
 
-import httpx
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
-from django.http import Http404, HttpResponse, QueryDict, StreamingHttpResponse
-from django.middleware.csrf import CsrfViewMiddleware, get_token
-from django.utils.datastructures import MultiValueDict
+from django.core import checks, signing
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, close_old_connections, transaction
+from django.http import Http404, HttpResponseRedirect
+from django.utils import timezone
 from django.utils.encoding import escape_uri_path
-from django.views.decorators.clickjacking import xframe_options_sameorigin
-from django.views.decorators.csrf import csrf_exempt
 
 from projects.permissions import get_object_for_user
 
 logger = logging.getLogger(__name__)
 
-# connect: a notebook that does not accept a connection in 5 s is down or gone;
-# read: starting a kernel or saving a large notebook can take a while.
-TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=60.0, pool=5.0)
 BODY_CHUNK = 64 * 1024
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 XSRF_COOKIE = "_xsrf"  # the cookie JupyterLab's frontend reads its XSRF token from
+TICKET_SECONDS = 60
+SESSION_SECONDS = 12 * 3600
+STATE_SECONDS = 600
+ENTER_PATH = "/_gantry/enter"
+TICKET_SALT = "gantry.notebook.ticket"
+SESSION_SALT = "gantry.notebook.session"
+_STATE = re.compile(r"[A-Za-z0-9_-]{32,64}")
 
 # RFC 9110 section 7.6.1, plus the ones proxies conventionally drop.
 HOP_BY_HOP = frozenset(
@@ -84,9 +105,8 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-# Request headers Gantry answers for itself or replaces. Origin and Referer are
-# checked here (CSRF) and would make Jupyter's own origin check refuse the
-# request, since its Host is 127.0.0.1:<port>.
+# Request headers the origin answers for itself or replaces. Origin and Referer are
+# checked here (CSRF) and would make Jupyter's own origin check refuse the request.
 NOT_FORWARDED_UPSTREAM = HOP_BY_HOP | {
     "host",
     "content-length",
@@ -109,7 +129,7 @@ class NotebookTarget(NamedTuple):
     host: str
     port: int
     token: str
-    base_url: str  # "/jobs/<id>/lab/", the same path Gantry serves it under
+    base_url: str  # "/jobs/<id>/lab/", the same path the notebook origin serves it under
 
     def url(self, scheme: str, path: str, query: str = "") -> str:
         base = self.base_url if self.base_url.endswith("/") else self.base_url + "/"
@@ -118,14 +138,99 @@ class NotebookTarget(NamedTuple):
         return f"{url}?{query}" if query else url
 
 
-# --- What the jobs app provides; tests substitute these three. ---------------
+# --- Origins --------------------------------------------------------------------------
 
 
-def get_job_for_user(user, pk: int):
-    """The job, if `user` may view it; Http404 otherwise (the matrix's `job.view`)."""
+def notebook_origin(pk: int) -> str:
+    """The origin job `pk`'s notebook is served from, e.g. http://7.nb.localhost:8001."""
+    return settings.GANTRY_NOTEBOOK_ORIGIN.replace("{job}", str(int(pk)))
+
+
+def origin_is_https() -> bool:
+    return settings.GANTRY_NOTEBOOK_ORIGIN.startswith("https://")
+
+
+def job_of_host(host: str) -> int | None:
+    """The job whose notebook origin has this Host header, or None."""
+    authority = settings.GANTRY_NOTEBOOK_ORIGIN.split("://", 1)[1]
+    suffix = authority.replace("{job}", "", 1).lower()
+    host = host.strip().lower()
+    default_port = ":443" if origin_is_https() else ":80"
+    if ":" not in suffix and host.endswith(default_port):
+        host = host[: -len(default_port)]
+    label = host[: -len(suffix)] if host.endswith(suffix) else ""
+    if not label.isascii() or not label.isdigit() or label.startswith("0"):
+        return None
+    return int(label)
+
+
+def lab_url(pk: int, path: str = "") -> str:
+    """A page of job `pk`'s JupyterLab on its origin."""
+    return f"{notebook_origin(pk)}/jobs/{int(pk)}/lab/{quote(path, safe='/')}"
+
+
+def cookie_name(name: str) -> str:
+    # Over https the __Host- prefix makes the browser refuse the cookie unless it is
+    # Secure, host-only and Path=/: a sibling notebook cannot set it for this host.
+    return f"__Host-{name}" if origin_is_https() else name
+
+
+SESSION_COOKIE = "gantry_nb"
+STATE_COOKIE = "gantry_nb_state"
+
+
+def clean_path(path: str) -> str:
+    """A path inside the lab to land on after entering ("" when it is not a plain one)."""
+    if (
+        len(path) > 1000
+        or path.startswith("/")
+        or "\\" in path
+        or "//" in path
+        or any(part in (".", "..") for part in path.split("/"))
+        or any(ord(c) < 0x20 or c == "\x7f" for c in path)
+    ):
+        return ""
+    return path
+
+
+@checks.register(checks.Tags.security)
+def check_notebook_origin(app_configs=None, **kwargs):
+    """Gantry's cookies must never reach a notebook origin (the settings parse its form)."""
+    errors = []
+    host = settings.GANTRY_NOTEBOOK_ORIGIN.split("://", 1)[1].replace("{job}", "7", 1)
+    host = host.rsplit(":", 1)[0].lower() if not host.endswith("]") else host.lower()
+    for name in ("SESSION_COOKIE_DOMAIN", "CSRF_COOKIE_DOMAIN", "LANGUAGE_COOKIE_DOMAIN"):
+        domain = (getattr(settings, name, None) or "").lower().lstrip(".")
+        if domain and (host == domain or host.endswith("." + domain)):
+            errors.append(
+                checks.Error(
+                    f"{name} ({domain}) covers the notebook origins ({host}): Gantry's "
+                    "cookies would reach every notebook.",
+                    hint="Serve notebooks under a domain outside Gantry's cookie domain, "
+                    "or leave the cookie domain unset (host-only cookies).",
+                    id="jobs.E010",
+                )
+            )
+    if settings.PRODUCTION and not origin_is_https():
+        errors.append(
+            checks.Warning(
+                "GANTRY_NOTEBOOK_ORIGIN is plain http in production: notebook sessions "
+                "travel unencrypted.",
+                hint="Use https://{job}.nb.<your domain> with a wildcard certificate.",
+                id="jobs.W011",
+            )
+        )
+    return errors
+
+
+# --- What the jobs app provides --------------------------------------------------------
+
+
+def get_job_for_exec(user, pk: int):
+    """The job, if `user` may attach to it (`job.exec`); Http404 / PermissionDenied."""
     from jobs.models import Job
 
-    return get_object_for_user(user, Job, "job.view", pk=pk)
+    return get_object_for_user(user, Job, "job.exec", pk=pk)
 
 
 def resolve_target(job) -> NotebookTarget | None:
@@ -157,12 +262,25 @@ def activity_due(pk: int) -> bool:
     return True
 
 
-def lookup(user, pk: int):
-    """(job, target) for a user who may view job `pk`, noting the activity (sync: queries).
+def _auth_hash(user) -> str:
+    # Changes with the password, as Django's sessions do: a new password ends them.
+    return user.get_session_auth_hash()[:20]
 
-    Raises Http404 for a job the user may not see or one with no running notebook.
+
+def lookup(user_id: int, pk: int, auth_hash: str | None = None):
+    """(job, target) for an active user who may exec in job `pk`, noting the activity.
+
+    Sync (queries). Raises PermissionDenied for a user who is gone, inactive, has
+    changed password or may not exec here, Http404 for a job they may not see or one
+    with no running notebook.
     """
-    job = get_job_for_user(user, pk)
+    from django.contrib.auth import get_user_model
+
+    close_old_connections()  # this runs outside Django's request cycle
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    if user is None or (auth_hash is not None and not hmac.compare_digest(auth_hash, _auth_hash(user))):
+        raise PermissionDenied("Open the notebook again from Gantry.")
+    job = get_job_for_exec(user, pk)
     target = resolve_target(job)
     if target is None:
         raise Http404("This job has no running notebook.")
@@ -171,69 +289,122 @@ def lookup(user, pk: int):
     return job, NotebookTarget(*target)
 
 
-# --- The HTTP view ------------------------------------------------------------
+# --- Tickets and the notebook session --------------------------------------------------
 
 
-def _not_answering() -> HttpResponse:
-    return HttpResponse(
-        "<!doctype html><title>Notebook not answering</title>"
-        "<h1>The notebook is not answering</h1>"
-        "<p>Its server did not respond. It may still be starting, or it has stopped; "
-        "try again in a moment or look at the job's log.</p>",
-        status=502,
-    )
+class TicketRefused(Exception):
+    """A ticket that opens nothing; the message says why, in words for the user."""
 
 
-def _csrf_rejection(request) -> HttpResponse | None:
-    """Django's own CSRF check, reading the token from headers only (see the module docstring)."""
-    if settings.CSRF_HEADER_NAME not in request.META and "HTTP_X_XSRFTOKEN" in request.META:
-        request.META[settings.CSRF_HEADER_NAME] = request.META["HTTP_X_XSRFTOKEN"]
-    # An empty form, so that the check never parses (and consumes) the body it relays.
-    request._post, request._files = QueryDict(), MultiValueDict()
-    return CsrfViewMiddleware(lambda request: None).process_view(request, _checked, (), {})
+def mint_ticket(user, job, state: str, path: str = "") -> str:
+    """A ticket for `user` into `job`'s notebook, for the browser holding `state`."""
+    payload = {"u": user.pk, "j": job.pk, "n": secrets.token_urlsafe(24), "s": state, "p": path}
+    return signing.dumps(payload, salt=TICKET_SALT)
 
 
-def _checked(request):  # the callback `process_view` inspects (not csrf_exempt)
-    raise AssertionError("never called")
+def redeem_ticket(ticket: str, state: str | None, pk: int) -> tuple[int, str, str]:
+    """(user id, auth hash, path) of a good ticket into job `pk`; TicketRefused otherwise.
+
+    Sync (queries). A ticket is spent as soon as its signature checks out, even when
+    the access check after it fails.
+    """
+    from jobs.models import NotebookTicket
+
+    try:
+        data = signing.loads(ticket, salt=TICKET_SALT, max_age=TICKET_SECONDS)
+    except signing.SignatureExpired:
+        raise TicketRefused("This notebook link has expired.") from None
+    except signing.BadSignature:
+        raise TicketRefused("This notebook link is not valid.") from None
+    if data.get("j") != pk:
+        raise TicketRefused("This notebook link is for another notebook.")
+    if not state or not hmac.compare_digest(str(data.get("s", "")), state):
+        raise TicketRefused("This notebook link was opened in another browser.")
+    close_old_connections()
+    now = timezone.now()
+    NotebookTicket.objects.filter(redeemed_at__lt=now - timedelta(seconds=2 * TICKET_SECONDS)).delete()
+    try:
+        with transaction.atomic():
+            NotebookTicket.objects.create(nonce=data["n"], redeemed_at=now)
+    except IntegrityError:
+        raise TicketRefused("This notebook link has been used already.") from None
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.filter(pk=data["u"], is_active=True).first()
+    if user is None:
+        raise TicketRefused("This notebook link is not valid.")
+    lookup(user.pk, pk)  # Http404 / PermissionDenied: access went since it was minted
+    return user.pk, _auth_hash(user), clean_path(str(data.get("p", "")))
 
 
-def _upstream_headers(request, target: NotebookTarget) -> dict[str, str]:
+class NotebookSession(NamedTuple):
+    user: int
+    job: int
+    auth_hash: str
+    xsrf: str  # the value JupyterLab must echo in X-XSRFToken
+
+
+def make_session(user_id: int, auth_hash: str, pk: int) -> str:
+    payload = {"u": user_id, "j": pk, "h": auth_hash, "x": secrets.token_urlsafe(24)}
+    return signing.dumps(payload, salt=SESSION_SALT)
+
+
+def read_session(value: str | None, pk: int) -> NotebookSession | None:
+    """The notebook session in a cookie's value, when it is good for job `pk`."""
+    if not value:
+        return None
+    try:
+        data = signing.loads(value, salt=SESSION_SALT, max_age=SESSION_SECONDS)
+        session = NotebookSession(int(data["u"]), int(data["j"]), str(data["h"]), str(data["x"]))
+    except (signing.BadSignature, KeyError, TypeError, ValueError):
+        return None
+    return session if session.job == pk else None
+
+
+def xsrf_matches(session: NotebookSession, sent: str | None) -> bool:
+    return bool(sent) and hmac.compare_digest(sent.encode(), session.xsrf.encode())
+
+
+# --- Headers and bodies -----------------------------------------------------------------
+
+
+def upstream_headers(headers: list[tuple[str, str]], token: str) -> dict[str, str]:
+    """The request headers to send to the notebook server: ours and hop-by-hop ones out,
+    the origin's own cookies out, the Jupyter token in."""
     connection_listed = {
-        name.strip().lower() for name in request.headers.get("Connection", "").split(",")
+        part.strip().lower()
+        for name, value in headers
+        if name.lower() == "connection"
+        for part in value.split(",")
     }
-    headers = {
-        name: value
-        for name, value in request.headers.items()
-        if name.lower() not in NOT_FORWARDED_UPSTREAM and name.lower() not in connection_listed
-    }
-    gantry_cookies = {
-        settings.SESSION_COOKIE_NAME,
-        settings.CSRF_COOKIE_NAME,
-        settings.LANGUAGE_COOKIE_NAME,
-        "messages",
+    ours = {
+        SESSION_COOKIE,
+        STATE_COOKIE,
+        cookie_name(SESSION_COOKIE),
+        cookie_name(STATE_COOKIE),
         XSRF_COOKIE,
     }
-    cookies = [
-        part.strip()
-        for part in request.META.get("HTTP_COOKIE", "").split(";")
-        if part.strip() and part.split("=", 1)[0].strip() not in gantry_cookies
-    ]
+    out: dict[str, str] = {}
+    cookies: list[str] = []
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "cookie":
+            cookies += [
+                part.strip()
+                for part in value.split(";")
+                if part.strip() and part.split("=", 1)[0].strip() not in ours
+            ]
+        elif lower not in NOT_FORWARDED_UPSTREAM and lower not in connection_listed:
+            out[name] = f"{out[name]}, {value}" if name in out else value
     if cookies:
-        headers["Cookie"] = "; ".join(cookies)
-    headers["Authorization"] = f"token {target.token}"
+        out["Cookie"] = "; ".join(cookies)
+    out["Authorization"] = f"token {token}"
     # Plain bytes, so that the token can be found and removed in what comes back.
-    headers["Accept-Encoding"] = "identity"
-    return headers
+    out["Accept-Encoding"] = "identity"
+    return out
 
 
-async def _request_body(request) -> AsyncIterator[bytes]:
-    # ASGI servers hand Django the whole body first (spooled to disk when large);
-    # relaying it in chunks keeps it out of memory.
-    while chunk := request.read(BODY_CHUNK):
-        yield chunk
-
-
-async def _without(chunks: AsyncIterator[bytes], secret: bytes) -> AsyncIterator[bytes]:
+async def without(chunks: AsyncIterator[bytes], secret: bytes) -> AsyncIterator[bytes]:
     """The stream with every occurrence of `secret` removed, even across chunk borders."""
     keep = len(secret) - 1  # a secret cut by a border has at most this much in one chunk
     tail = b""
@@ -247,104 +418,34 @@ async def _without(chunks: AsyncIterator[bytes], secret: bytes) -> AsyncIterator
         yield tail
 
 
-async def _relay(upstream: httpx.Response, client: httpx.AsyncClient, secret: bytes | None):
-    try:
-        chunks = upstream.aiter_raw()
-        if secret:
-            chunks = _without(chunks, secret)
-        async for chunk in chunks:
-            yield chunk
-    except httpx.TransportError as exc:
-        # The status line is gone; breaking the connection tells the browser it is cut short.
-        logger.warning("notebook response broke off: %s", exc)
-        raise
-    finally:
-        await upstream.aclose()
-        await client.aclose()
+# --- Gantry's side: minting the ticket --------------------------------------------------
 
 
-async def _response_from(
-    request, upstream: httpx.Response, client: httpx.AsyncClient, target: NotebookTarget
-) -> HttpResponse | StreamingHttpResponse:
-    content_type = upstream.headers.get("content-type", "")
-    textual = content_type.startswith(TEXTUAL_TYPES)
-    status = upstream.status_code
-    if request.method == "HEAD" or status < 200 or status in (204, 304):
-        # Nothing to relay: let go of the connection now.
-        await upstream.aclose()
-        await client.aclose()
-        response = HttpResponse(status=status)
-    else:
-        secret = target.token.encode() if textual and target.token else None
-        response = StreamingHttpResponse(_relay(upstream, client, secret), status=status)
-    response.reason_phrase = upstream.reason_phrase or response.reason_phrase
-    if not content_type:
-        del response.headers["Content-Type"]
-    origin = f"http://{target.host}:{target.port}"
-    combined: dict[str, list[str]] = {}
-    for name, value in upstream.headers.multi_items():
-        name = name.lower()
-        if name in NOT_RETURNED:
-            continue
-        if name == "location" and value.startswith(origin):
-            value = value[len(origin) :] or "/"
-        combined.setdefault(name, []).append(value)
-    for name, values in combined.items():
-        response.headers[name] = ", ".join(values)
-    if not textual and "content-length" in upstream.headers:
-        # Relayed byte for byte, so the length holds (and downloads show progress).
-        response.headers["Content-Length"] = upstream.headers["content-length"]
-    return response
+def notebook_open(request, pk: int):
+    """Send a user who may exec in job `pk` into its notebook origin with a ticket.
 
-
-@csrf_exempt  # not unprotected: `_csrf_rejection` runs Django's check itself
-@xframe_options_sameorigin  # JupyterLab frames its own pages (and Gantry may frame it)
-async def notebook_proxy(request, pk: int, path: str = ""):
-    """Relay one request to the JupyterLab of job `pk`, for users who may view the job."""
-    user = await request.auser()
-    if not user.is_authenticated:
+    Without `state` (a link from a Gantry page) the browser goes to the notebook origin
+    first, which sets its state cookie and comes back here with it.
+    """
+    if not request.user.is_authenticated:
         return redirect_to_login(request.get_full_path())
-    if request.method not in SAFE_METHODS:
-        rejection = _csrf_rejection(request)
-        if rejection is not None:
-            return rejection
-    _, target = await sync_to_async(lookup)(user, pk)
-
-    headers = _upstream_headers(request, target)
-    length = request.META.get("CONTENT_LENGTH") or ""
-    if length.isdigit():
-        headers["Content-Length"] = length
-        content = _request_body(request) if int(length) else None
-    else:  # no length: nothing for a safe method, else a chunked body
-        content = None if request.method in SAFE_METHODS else _request_body(request)
-    client = httpx.AsyncClient(timeout=TIMEOUT, follow_redirects=False, trust_env=False)
-    upstream_request = client.build_request(
-        request.method,
-        target.url("http", path, request.META.get("QUERY_STRING", "")),
-        headers=headers,
-        content=content,
+    job = get_job_for_exec(request.user, pk)
+    if resolve_target(job) is None:
+        raise Http404("This job has no running notebook.")
+    path = clean_path(request.GET.get("path", ""))
+    state = request.GET.get("state", "")
+    if not _STATE.fullmatch(state):
+        return HttpResponseRedirect(lab_url(job.pk, path))
+    ticket = mint_ticket(request.user, job, state, path)
+    response = HttpResponseRedirect(
+        f"{notebook_origin(job.pk)}{ENTER_PATH}?{urlencode({'ticket': ticket})}"
     )
-    try:
-        upstream = await client.send(upstream_request, stream=True)
-    except httpx.TransportError as exc:
-        await client.aclose()
-        logger.warning("notebook of job %s is not answering: %r", pk, exc)
-        return _not_answering()
-
-    response = await _response_from(request, upstream, client, target)
-    if response.headers.get("Content-Type", "").startswith("text/html"):
-        # The pages JupyterLab starts from: give its frontend Django's CSRF token.
-        response.set_cookie(
-            XSRF_COOKIE,
-            get_token(request),
-            path=request.path[: len(request.path) - len(path)],
-            secure=settings.CSRF_COOKIE_SECURE,
-            httponly=False,  # JupyterLab reads it from document.cookie
-            samesite=settings.CSRF_COOKIE_SAMESITE,
-        )
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
     return response
 
 
-# For the generated access tests: the rule this view applies (through `lookup`).
-notebook_proxy.permission_action = "job.view"
-notebook_proxy.model_label = "jobs.Job"
+# For the generated access tests: the rule this view applies.
+notebook_open.permission_action = "job.exec"
+notebook_open.model_label = "jobs.Job"
+

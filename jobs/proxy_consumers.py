@@ -1,17 +1,16 @@
-"""The websocket half of the notebook proxy (the HTTP half, and why, is `jobs.proxy`).
+"""The websocket half of the notebook origin (the HTTP half, and why, is `jobs.proxy`).
 
 JupyterLab talks to kernels, terminals and its event bus over websockets under
-``/jobs/<id>/lab/``. This consumer checks the user the same way the HTTP view
-does, opens the same path on the notebook server with the token added, and
-relays frames both ways until either side closes.
+``/jobs/<id>/lab/``. `jobs.notebook_origin` has already read the notebook session
+cookie and checked the Origin header (a page of another origin, a sibling notebook
+included, cannot open a socket with the cookie); it hands the socket here with the
+session in ``scope["notebook"]``. This consumer checks `job.exec` in the database,
+opens the same path on the notebook server with the token added, and relays frames
+both ways until either side closes.
 
 A socket outlives the check made when it opened: between frames, at most every
-GANTRY_WS_RECHECK_SECONDS, the user's access is asked again (as for the live log), and
-a user signed out (4401) or no longer allowed (4403) loses the kernel or terminal.
-
-Cross-site websocket hijacking is stopped before this consumer runs:
-`config.asgi` wraps every websocket route in `AllowedHostsOriginValidator`, so
-a page on another origin cannot open a socket with the user's session cookie.
+GANTRY_WS_RECHECK_SECONDS, access is asked again, and a user no longer allowed
+(4403) loses the kernel or terminal.
 """
 
 from __future__ import annotations
@@ -31,12 +30,11 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from jobs import proxy
-from jobs.consumers import lost_access
 
 logger = logging.getLogger(__name__)
 
-CLOSE_FORBIDDEN = 4403  # not signed in
-CLOSE_NOT_FOUND = 4404  # no such job for this user, or no running notebook
+CLOSE_FORBIDDEN = 4403  # may not exec in this job (any more)
+CLOSE_NOT_FOUND = 4404  # no running notebook
 CLOSE_UNAVAILABLE = 1011  # the notebook server refused or did not answer
 OPEN_TIMEOUT = 10.0
 # Kernel messages carry outputs (images, tables); Jupyter's own limit is 10 MiB by default.
@@ -50,8 +48,15 @@ def _sendable(code: int | None) -> int:
     return 1000 if code == 1005 else CLOSE_UNAVAILABLE
 
 
+def _check(session: proxy.NotebookSession):
+    return proxy.lookup(session.user, session.job, session.auth_hash)
+
+
 class NotebookProxyConsumer(AsyncWebsocketConsumer):
     """Relay one websocket between a browser and the job's notebook server."""
+
+    # No channel layer: nothing is sent to these sockets from elsewhere.
+    channel_layer_alias = "notebook-proxy-needs-none"
 
     job = None
     upstream = None
@@ -60,19 +65,17 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
     revoked = False
 
     async def connect(self):
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            return await self.refuse(CLOSE_FORBIDDEN)
-        kwargs = self.scope["url_route"]["kwargs"]
+        notebook = self.scope["notebook"]
+        self.session = notebook["session"]
         try:
-            self.job, target = await database_sync_to_async(proxy.lookup)(user, int(kwargs["pk"]))
+            self.job, target = await database_sync_to_async(_check)(self.session)
         except Http404:
             return await self.refuse(CLOSE_NOT_FOUND)
         except PermissionDenied:
             return await self.refuse(CLOSE_FORBIDDEN)
 
         query = self.scope.get("query_string", b"").decode("latin-1")
-        url = target.url("ws", kwargs["path"], query)
+        url = target.url("ws", notebook["path"], query)
         try:
             self.upstream = await connect(
                 url,
@@ -85,10 +88,10 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
             )
         except InvalidStatus as exc:
             status = exc.response.status_code
-            logger.info("notebook refused websocket %s: HTTP %s", kwargs["path"], status)
+            logger.info("notebook refused websocket %s: HTTP %s", notebook["path"], status)
             return await self.refuse(CLOSE_NOT_FOUND if status == 404 else CLOSE_UNAVAILABLE)
         except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
-            logger.warning("notebook of job %s is not answering: %r", kwargs["pk"], exc)
+            logger.warning("notebook of job %s is not answering: %r", self.session.job, exc)
             return await self.refuse(CLOSE_UNAVAILABLE)
 
         await self.accept(subprotocol=self.upstream.subprotocol)
@@ -102,14 +105,15 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
         if time.monotonic() - self.checked_at < settings.GANTRY_WS_RECHECK_SECONDS:
             return False
         self.checked_at = time.monotonic()
-        pk = self.job.pk
-        code = await database_sync_to_async(lost_access)(
-            self.scope, lambda user: proxy.get_job_for_user(user, pk)
-        )
-        if code is None or self.revoked:
+        try:
+            await database_sync_to_async(_check)(self.session)
             return self.revoked
+        except (Http404, PermissionDenied):
+            pass
+        if self.revoked:
+            return True
         self.revoked = True
-        await self.close(code=code)
+        await self.close(code=CLOSE_FORBIDDEN)
         await self.upstream.close()
         return True
 

@@ -1,13 +1,13 @@
-"""The notebook proxy's HTTP routes, included by config/urls.py at the site root.
+"""The way into a notebook from Gantry's origin, included by config/urls.py at the site root.
 
-Its websocket route (same paths) is in config/routing.py.
+Notebooks themselves are served from an origin of their own (jobs/notebook_origin.py);
+this view only checks `job.exec` and hands the browser a ticket for it (jobs/proxy.py).
 """
 
 from django.urls import path
 
-from jobs.proxy import notebook_proxy
+from jobs.proxy import notebook_open
 
 urlpatterns = [
-    path("jobs/<int:pk>/lab/", notebook_proxy, name="notebook_proxy_root"),
-    path("jobs/<int:pk>/lab/<path:path>", notebook_proxy, name="notebook_proxy"),
+    path("jobs/<int:pk>/notebook/", notebook_open, name="notebook_open"),
 ]

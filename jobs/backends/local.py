@@ -281,6 +281,10 @@ class LocalBackend(Backend):
             f"--ServerApp.base_url=/jobs/{job.pk}/lab/",
             "--ServerApp.root_dir=.",
             "--ServerApp.allow_remote_access=True",
+            # No saved notebook is ever trusted (signed): its outputs' scripts never run
+            # in another user's browser (executor/notebook_trust.py).
+            "--NotebookNotary.db_file=:memory:",
+            "--ContentsManager.pre_save_hook=executor.notebook_trust.never_trusted",
             *(["--allow-root"] if os.geteuid() == 0 else []),
         ]
 

@@ -1,45 +1,58 @@
-"""A notebook job end to end: a real JupyterLab under the executor, reached only
-through Gantry's proxy at /jobs/<id>/lab/."""
+"""A notebook job end to end: a real JupyterLab started by the local backend, reached
+only through the notebook origin (jobs/notebook_origin.py) with a ticket from Gantry."""
 
 import time
 
 import pytest
-from django.test import AsyncClient
 
 from jobs import services
 from tests.jobs.conftest import wait_for
-from tests.jobs.test_proxy import fetch, logged_in
+from tests.jobs.notebooks import Browser, OriginServer
 
 pytestmark = pytest.mark.slow
 
 
-def test_notebook_job_serves_jupyterlab_to_members_only(running_jobs, owner, member, outsider, project):
+def test_notebook_job_serves_jupyterlab_to_who_may_exec(
+    running_jobs, settings, owner, member, outsider, project
+):
+    from django.test import Client
+
     job = services.submit_job(owner, project, kind="notebook", name="explore")
     wait_for(job, "running", "failed")
     assert job.state == "running", job.state_reason
     host, port, token, base_url = services.notebook_target(job)
     assert host == "127.0.0.1" and base_url == f"/jobs/{job.pk}/lab/"
 
-    lab = f"/jobs/{job.pk}/lab/"
-    client = logged_in(owner)
-    deadline = time.monotonic() + 90
-    while True:  # JupyterLab takes a few seconds to listen after it starts
-        response, body = fetch(client, "get", lab + "lab")
-        if response.status_code == 200 or time.monotonic() > deadline:
-            break
-        assert response.status_code == 502, response.status_code
-        time.sleep(0.5)
-    assert response.status_code == 200
-    assert b"JupyterLab" in body
-    assert token.encode() not in body
+    def signed_in(user):
+        client = Client()
+        client.force_login(user)
+        return client
 
-    # A tenant member views the project, so may use its notebooks' pages.
-    status, _ = fetch(logged_in(member), "get", lab + "api/status")
-    assert status.status_code == 200
-    denied, _ = fetch(logged_in(outsider), "get", lab + "lab")
-    assert denied.status_code == 404
-    anonymous, _ = fetch(AsyncClient(), "get", lab + "lab")
-    assert anonymous.status_code == 302
+    with OriginServer() as origin:
+        settings.GANTRY_NOTEBOOK_ORIGIN = origin.origin_template
+        browser = Browser(origin.port, signed_in(owner))
+        browser.enter(job.pk, "lab/tree")
+        lab = f"/jobs/{job.pk}/lab/"
+        deadline = time.monotonic() + 90
+        while True:  # JupyterLab takes a few seconds to listen after it starts
+            response = browser.request("GET", job.pk, lab + "lab")
+            if response.status_code == 200 or time.monotonic() > deadline:
+                break
+            assert response.status_code == 502, response.status_code
+            time.sleep(0.5)
+        assert response.status_code == 200
+        assert "JupyterLab" in response.text
+        assert token not in response.text
+
+        # A tenant member views the project, but may not exec in its notebooks.
+        viewer = Browser(origin.port, signed_in(member))
+        start = viewer.request("GET", job.pk, lab + "lab")
+        assert start.status_code == 302
+        ticket_page = start.headers["location"].split("/", 3)[3]
+        assert viewer.gantry.get("/" + ticket_page).status_code == 403
+        assert viewer.request("GET", job.pk, lab + "api/status").status_code == 403
+        outsider_ = signed_in(outsider).get(f"/jobs/{job.pk}/notebook/")
+        assert outsider_.status_code == 404
 
     services.cancel_job(owner, job)
     wait_for(job, "cancelled")

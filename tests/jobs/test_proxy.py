@@ -1,304 +1,398 @@
-"""The notebook proxy, against a real JupyterLab started for this module.
+"""The notebook origin and its proxy, against a real JupyterLab started for this module.
 
-The jobs side (which job runs which notebook, who may view it) is replaced by
-two functions patched into `jobs.proxy`: owner may view job 1, outsider may not.
+The origin (`jobs.notebook_origin`) runs under uvicorn in a thread of the test process,
+over the test database; Gantry's side is the Django test client. Job 1 is a running
+notebook served by the module's JupyterLab (its worker row points there).
 """
 
 import json
-import os
-import secrets
-import socket
-import subprocess
-import sys
-import time
 import uuid
-from types import SimpleNamespace
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from asgiref.sync import async_to_sync
-from channels.testing import WebsocketCommunicator
-from django.conf import settings
-from django.http import Http404
-from django.shortcuts import resolve_url
-from django.test import AsyncClient, RequestFactory
-from django.urls import include, path
+from django.test import Client
 
-from jobs import proxy
+from jobs import proxy, services
+from jobs.models import NotebookTicket
+from projects import services as project_services
+from projects.models import ProjectRole
+from tests.jobs.notebooks import (
+    KERNEL_PROTOCOL,
+    Browser,
+    OriginServer,
+    free_port,
+    jupyterlab,
+    run_notebook,
+)
 
-# The proxy's routes are not in config/urls.py yet: this module is the URLconf.
-urlpatterns = [path("", include("jobs.proxy_urls")), path("", include("config.urls"))]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, reset_sequences=True)]
 
 LAB = "/jobs/1/lab/"
-KERNEL_PROTOCOL = "v1.kernel.websocket.jupyter.org"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
-def jupyterlab(tmp_path_factory):
-    """A JupyterLab as Gantry starts one: loopback only, a random token, the job's base URL."""
-    home = tmp_path_factory.mktemp("jupyter")
-    root = home / "work"
-    root.mkdir()
-    port, token = free_port(), secrets.token_hex(24)
-    env = {
-        **os.environ,
-        "HOME": str(home),
-        "JUPYTER_CONFIG_DIR": str(home / "config"),
-        "JUPYTER_DATA_DIR": str(home / "data"),
-        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "IPYTHONDIR": str(home / "ipython"),
-    }
-    env.pop("JUPYTER_TOKEN", None)
-    log = (home / "jupyterlab.log").open("wb")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}",  # ServerApp.token before jupyter_server 2
-            f"--ServerApp.base_url={LAB}",
-            f"--ServerApp.root_dir={root}",
-            # CI runs as root; Jupyter refuses that unless told.
-            *(["--allow-root"] if os.geteuid() == 0 else []),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+def lab_server(tmp_path_factory):
+    with jupyterlab(tmp_path_factory.mktemp("jupyter"), 1) as (target, _):
+        yield target
+
+
+@pytest.fixture(scope="module")
+def origin_server():
+    with OriginServer() as server:
+        yield server
+
+
+@pytest.fixture
+def notebook(lab_server, origin_server, settings, owner, project):
+    """Job 1: the owner's running notebook."""
+    settings.GANTRY_NOTEBOOK_ORIGIN = origin_server.origin_template
+    proxy._recorded.clear()
+    job = services.submit_job(owner, project, kind="notebook", name="explore")
+    assert job.pk == 1
+    return run_notebook(job, lab_server)
+
+
+@pytest.fixture
+def dana(make_user, owner, project):
+    """A project maintainer (a tenant member given the role in this project)."""
+    from accounts import services as account_services
+
+    dana = make_user("dana")
+    account_services.add_member(actor=owner, tenant=project.tenant, user=dana)
+    project_services.add_project_member(
+        actor=owner, project=project, user=dana, role=ProjectRole.MAINTAINER
     )
-    status_url = f"http://127.0.0.1:{port}{LAB}api/status"
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"JupyterLab exited: {(home / 'jupyterlab.log').read_text()[-3000:]}")
-            try:
-                answer = httpx.get(
-                    status_url, headers={"Authorization": f"token {token}"}, timeout=2
-                )
-                if answer.status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("JupyterLab did not answer within 60 s")
-            time.sleep(0.25)
-        yield proxy.NotebookTarget("127.0.0.1", port, token, LAB)
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+    return dana
 
 
-@pytest.fixture
-def activity(monkeypatch):
-    """The jobs whose use the proxy recorded, in order."""
-    recorded = []
-    monkeypatch.setattr(proxy, "record_activity", lambda job: recorded.append(job.pk))
-    monkeypatch.setattr(proxy, "_recorded", {})
-    return recorded
+def to_gantry(location: str) -> str:
+    """The path and query of an absolute URL on Gantry, for the test client."""
+    parts = urlsplit(location)
+    return f"{parts.path}?{parts.query}"
 
 
-@pytest.fixture
-def notebook(monkeypatch, jupyterlab, owner, activity):
-    """Job 1 runs `jupyterlab`; only `owner` may view it."""
-
-    def get_job_for_user(user, pk):
-        if pk != 1 or user.pk != owner.pk:
-            raise Http404
-        return SimpleNamespace(pk=pk)
-
-    monkeypatch.setattr(proxy, "get_job_for_user", get_job_for_user)
-    monkeypatch.setattr(proxy, "resolve_target", lambda job: jupyterlab)
-    return jupyterlab
-
-
-def fetch(client, method, url, **extra):
-    """One request through the ASGI stack; returns (response, body bytes)."""
-
-    async def go():
-        response = await getattr(client, method)(url, **extra)
-        if response.streaming:
-            body = b"".join([chunk async for chunk in response.streaming_content])
-        else:
-            body = response.content
-        return response, body
-
-    return async_to_sync(go)()
-
-
-def assert_token_hidden(token, response, body):
-    assert token not in body.decode("utf-8", "replace")
-    for name, value in response.items():
-        assert token not in value, name
-    for morsel in response.cookies.values():
-        assert token not in morsel.OutputString()
-
-
-def logged_in(user, **kwargs):
-    client = AsyncClient(**kwargs)
+def signed_in(user) -> Client:
+    client = Client()
     client.force_login(user)
     return client
 
 
-def xsrf_headers(client):
-    """What JupyterLab's frontend sends: the `_xsrf` cookie's value as X-XSRFToken."""
-    fetch(client, "get", LAB + "lab")
-    return {"headers": {"X-XSRFToken": client.cookies["_xsrf"].value}}
+@pytest.fixture
+def browser_for(origin_server):
+    def make(user=None):
+        return Browser(origin_server.port, signed_in(user) if user else None)
+
+    return make
 
 
-def kernel_ids(client):
-    _, body = fetch(client, "get", LAB + "api/kernels")
-    return {kernel["id"] for kernel in json.loads(body)}
+def assert_token_hidden(token, response):
+    assert token not in response.text
+    for name, value in response.headers.multi_items():
+        assert token not in value, name
 
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.urls(__name__),
-]
+def kernel_ids(browser):
+    return {kernel["id"] for kernel in browser.request("GET", 1, LAB + "api/kernels").json()}
 
 
-def test_member_gets_the_jupyterlab_page(notebook, owner):
-    client = logged_in(owner)
+# --- entering ---------------------------------------------------------------------
 
-    response, body = fetch(client, "get", LAB)
-    assert response.status_code == 302
-    assert response["Location"].rstrip("?") == LAB + "lab"
-    assert_token_hidden(notebook.token, response, body)
 
-    response, body = fetch(client, "get", LAB + "lab")
+def test_owner_enters_with_a_ticket_and_gets_jupyterlab(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    page = browser.enter(1)
+
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "JupyterLab" in page.text
+    assert f'"baseUrl": "{LAB}"' in page.text
+    assert '"token": ""' in page.text  # JupyterLab's page config had it; the proxy took it out
+    assert_token_hidden(notebook.worker_set.get().notebook_token, page)
+    session = browser.jars[1][proxy.SESSION_COOKIE]
+    assert proxy.read_session(session, 1).user == owner.pk
+    assert proxy.STATE_COOKIE not in browser.jars[1]  # spent with the ticket
+    cookie = next(c for c in page.headers.get_list("set-cookie") if c.startswith("_xsrf="))
+    assert "Path=/" in cookie and "HttpOnly" not in cookie  # JupyterLab reads it
+
+
+def test_the_session_cookie_is_host_only_httponly_and_lax(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    entered = browser.redeem(1, browser.ticket_for(1))
+    cookie = next(
+        c for c in entered.headers.get_list("set-cookie") if c.startswith(proxy.SESSION_COOKIE)
+    )
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
+    assert {"httponly", "samesite", "path"} <= attributes
+    assert "domain" not in attributes  # host-only: this job's host and no other
+    assert "SameSite=Lax" in cookie
+    assert entered.headers["referrer-policy"] == "no-referrer"
+
+
+def test_gantry_sends_a_signed_out_user_to_sign_in(notebook):
+    answer = Client().get("/jobs/1/notebook/?state=" + "s" * 43)
+    assert answer.status_code == 302 and "/accounts/login/" in answer["Location"]
+
+
+def test_gantry_without_state_sends_the_browser_to_the_origin_first(notebook, owner):
+    answer = signed_in(owner).get("/jobs/1/notebook/?path=lab/tree/a.ipynb")
+    assert answer.status_code == 302
+    assert answer["Location"] == proxy.lab_url(1, "lab/tree/a.ipynb")
+
+
+def test_gantry_no_longer_serves_notebooks_on_its_own_origin(notebook, owner):
+    assert signed_in(owner).get(LAB + "lab").status_code == 404
+
+
+def test_a_job_without_a_running_notebook_has_no_ticket(notebook, owner, project):
+    train = services.submit_job(owner, project, name="train", command="python -c pass")
+    answer = signed_in(owner).get(f"/jobs/{train.pk}/notebook/?state=" + "s" * 43)
+    assert answer.status_code == 404
+
+
+def test_unknown_hosts_and_paths_are_not_found(notebook, origin_server):
+    http = httpx.Client(base_url=f"http://127.0.0.1:{origin_server.port}")
+    assert http.get("/jobs/1/lab/lab", headers={"Host": "127.0.0.1"}).status_code == 404
+    assert http.get("/jobs/1/lab/lab", headers={"Host": "x.nb.localhost"}).status_code == 404
+    browser = Browser(origin_server.port)
+    assert browser.request("GET", 1, "/jobs/2/lab/lab").status_code == 404  # not this host's job
+    assert browser.request("GET", 1, "/elsewhere").status_code == 404
+
+
+# --- tickets ---------------------------------------------------------------------------
+
+
+def test_a_ticket_opens_once(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    ticket = browser.ticket_for(1)
+    state = browser.jars[1][proxy.STATE_COOKIE]
+    assert browser.redeem(1, ticket).status_code == 302
+    # Replayed with everything the first redemption had: the same state cookie.
+    browser.jars[1] = {proxy.STATE_COOKIE: state}
+    again = browser.redeem(1, ticket)
+    assert again.status_code == 403
+    assert "used already" in again.text
+    assert proxy.SESSION_COOKIE not in browser.jars[1]
+    assert NotebookTicket.objects.count() == 1
+
+
+def test_an_expired_ticket_opens_nothing(notebook, browser_for, owner, monkeypatch):
+    browser = browser_for(owner)
+    ticket = browser.ticket_for(1)
+    monkeypatch.setattr(proxy, "TICKET_SECONDS", -1)  # as if a minute had passed
+    refused = browser.redeem(1, ticket)
+    assert refused.status_code == 403 and "expired" in refused.text
+    assert proxy.SESSION_COOKIE not in browser.jars[1]
+
+
+def test_a_ticket_for_one_job_does_not_open_another(notebook, browser_for, owner, project):
+    other = services.submit_job(owner, project, kind="notebook", name="b")
+    run_notebook(other, proxy.NotebookTarget("127.0.0.1", free_port(), "t", "/jobs/2/lab/"))
+    browser = browser_for(owner)
+    ticket = browser.ticket_for(1)
+    browser.jars[other.pk] = dict(browser.jars[1])  # even with the right state cookie there
+    refused = browser.redeem(other.pk, ticket)
+    assert refused.status_code == 403 and "another notebook" in refused.text
+    assert proxy.SESSION_COOKIE not in browser.jars[other.pk]
+
+
+def test_another_browser_cannot_redeem_a_ticket(notebook, browser_for, owner, dana):
+    # A second user with exec rights, in a browser of their own (their own state cookie).
+    owners = browser_for(owner)
+    ticket = owners.ticket_for(1)
+    danas = browser_for(dana)
+    danas.ticket_for(1)  # dana's browser holds a state cookie of its own
+    refused = danas.redeem(1, ticket)
+    assert refused.status_code == 403 and "another browser" in refused.text
+    assert proxy.SESSION_COOKIE not in danas.jars[1]
+    # Nor with no state cookie at all (a link sent to someone).
+    stranger = Browser(owners.port)
+    assert stranger.redeem(1, ticket).status_code == 403
+    # The owner's own browser still can: the refusals did not spend it.
+    assert owners.redeem(1, ticket).status_code == 302
+
+
+def test_a_forged_or_tampered_ticket_opens_nothing(notebook, browser_for, owner, member):
+    browser = browser_for(owner)
+    ticket = browser.ticket_for(1)
+    payload, rest = ticket.split(":", 1)
+    assert browser.redeem(1, "x" + ticket).status_code == 403
+    assert browser.redeem(1, payload[:-2] + "AA:" + rest).status_code == 403
+    assert browser.redeem(1, "").status_code == 403
+
+
+def test_a_viewer_gets_no_ticket(notebook, browser_for, member):
+    viewer = browser_for(member)
+    start = viewer.request("GET", 1, LAB + "lab")
+    assert start.status_code == 302
+    assert viewer.gantry.get(to_gantry(start.headers["location"])).status_code == 403
+
+
+def test_an_outsider_gets_404_at_gantry(notebook, outsider):
+    assert signed_in(outsider).get("/jobs/1/notebook/?state=" + "s" * 43).status_code == 404
+
+
+# --- what a viewer (no job.exec) gets at the origin -------------------------------------
+
+
+def test_viewer_is_refused_kernels_terminals_and_contents(notebook, browser_for, member):
+    viewer = browser_for(member)
+    viewer.request("GET", 1, LAB + "lab")  # holds a state cookie, never a session
+    for method, path in [
+        ("GET", "api/kernels"),
+        ("POST", "api/kernels"),
+        ("GET", "api/terminals"),
+        ("POST", "api/terminals"),
+        ("GET", "api/contents"),
+        ("PUT", "api/contents/results.ipynb"),
+    ]:
+        answer = viewer.request(
+            method, 1, LAB + path, headers={"Origin": viewer.origin(1)},
+            **({"json": {"type": "notebook"}} if method != "GET" else {}),
+        )
+        assert answer.status_code == 403, (method, path, answer.status_code)
+
+
+def test_viewer_cannot_open_a_kernel_or_terminal_socket(notebook, browser_for, member):
+    from websockets.exceptions import InvalidStatus
+
+    viewer = browser_for(member)
+    viewer.request("GET", 1, LAB + "lab")
+    for path in ("api/kernels/00000000-0000-0000-0000-000000000000/channels", "terminals/websocket/1"):
+        with pytest.raises(InvalidStatus) as refused:
+            viewer.websocket(1, LAB + path)
+        assert refused.value.response.status_code == 403
+
+
+def test_a_submitter_may_exec_until_demoted_to_viewer(
+    notebook, browser_for, make_user, owner, project
+):
+    from websockets.exceptions import ConnectionClosed
+
+    from accounts import services as account_services
+
+    dev = make_user("devi")
+    account_services.add_member(actor=owner, tenant=project.tenant, user=dev)
+    developer = project_services.add_project_member(
+        actor=owner, project=project, user=dev, role=ProjectRole.DEVELOPER
+    )
+    type(notebook).objects.filter(pk=1).update(created_by=dev)  # dev's own notebook
+    browser = browser_for(dev)
+    assert browser.enter(1).status_code == 200
+    assert browser.request("GET", 1, LAB + "api/kernels").status_code == 200
+
+    project_services.change_project_member_role(
+        actor=owner, member=developer, role=ProjectRole.VIEWER
+    )
+
+    assert browser.request("GET", 1, LAB + "api/kernels").status_code == 403
+    # Accepted, then closed with 4403 by the consumer's access check.
+    with browser.websocket(1, LAB + "api/events/subscribe") as ws, pytest.raises(
+        ConnectionClosed
+    ) as closed:
+        ws.recv(timeout=10)
+    assert closed.value.rcvd.code == 4403
+
+
+def test_a_developer_may_not_exec_in_someone_elses_notebook(notebook, make_user, owner, project):
+    from accounts import services as account_services
+
+    dev = make_user("devi")
+    account_services.add_member(actor=owner, tenant=project.tenant, user=dev)
+    project_services.add_project_member(
+        actor=owner, project=project, user=dev, role=ProjectRole.DEVELOPER
+    )
+    assert signed_in(dev).get("/jobs/1/notebook/?state=" + "s" * 43).status_code == 403
+
+
+# --- the proxy itself -------------------------------------------------------------------
+
+
+def test_member_can_call_the_rest_api(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    browser.enter(1)
+    response = browser.request("GET", 1, LAB + "api/contents")
     assert response.status_code == 200
-    assert response["Content-Type"].startswith("text/html")
-    page = body.decode()
-    assert "JupyterLab" in page
-    assert f'"baseUrl": "{LAB}"' in page
-    assert '"token": ""' in page  # JupyterLab's page config had it; the proxy took it out
-    assert_token_hidden(notebook.token, response, body)
-    assert response.cookies["_xsrf"]["path"] == LAB
+    assert response.json()["type"] == "directory"
+    assert_token_hidden(notebook.worker_set.get().notebook_token, response)
 
 
-def test_member_can_call_the_rest_api(notebook, owner):
-    response, body = fetch(logged_in(owner), "get", LAB + "api/contents")
+def test_static_files_come_through_whole(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    page = browser.enter(1)
+    script = page.text.split('src="', 1)[1].split('"', 1)[0]  # the bundle loader
+    response = browser.request("GET", 1, script)
     assert response.status_code == 200
-    assert json.loads(body)["type"] == "directory"
-    assert_token_hidden(notebook.token, response, body)
-
-
-def test_static_files_come_through_whole(notebook, owner):
-    client = logged_in(owner)
-    _, page = fetch(client, "get", LAB + "lab")
-    script = page.decode().split('src="', 1)[1].split('"', 1)[0]  # the bundle loader
-    response, body = fetch(client, "get", script)
-    assert response.status_code == 200
-    assert body.startswith(b"/*") or b"webpack" in body[:5000]
-    assert_token_hidden(notebook.token, response, body)
+    assert response.content.startswith(b"/*") or b"webpack" in response.content[:5000]
 
     # Binary files are relayed byte for byte, with their length.
-    response, body = fetch(client, "get", LAB + "static/favicons/favicon.ico")
+    response = browser.request("GET", 1, LAB + "static/favicons/favicon.ico")
     assert response.status_code == 200
-    assert int(response["Content-Length"]) == len(body) > 0
+    assert int(response.headers["content-length"]) == len(response.content) > 0
 
 
-def test_outsider_gets_404(notebook, outsider):
-    response, body = fetch(logged_in(outsider), "get", LAB + "lab")
-    assert response.status_code == 404
-    assert_token_hidden(notebook.token, response, body)
-
-
-def test_use_is_recorded_for_the_idle_stop_at_most_every_30_seconds(notebook, owner, activity):
-    client = logged_in(owner)
-    fetch(client, "get", LAB + "api/status")
-    fetch(client, "get", LAB + "api/status")
-    assert activity == [1]
-
-    proxy._recorded[1] -= proxy.RECORD_EVERY
-    fetch(client, "get", LAB + "api/status")
-    assert activity == [1, 1]
-
-
-def test_outsiders_leave_no_activity(notebook, outsider, activity):
-    fetch(logged_in(outsider), "get", LAB + "api/status")
-    assert activity == []
-
-
-def test_anonymous_is_sent_to_login(notebook):
-    response, _ = fetch(AsyncClient(), "get", LAB + "lab")
+def test_jupyter_redirects_stay_on_the_origin(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    browser.enter(1)
+    response = browser.request("GET", 1, LAB)
     assert response.status_code == 302
-    assert response["Location"] == f"{resolve_url(settings.LOGIN_URL)}?next=/jobs/1/lab/lab"
+    assert response.headers["location"].rstrip("?") == LAB + "lab"
 
 
-def test_post_without_csrf_token_is_refused(notebook, owner):
-    client = logged_in(owner, enforce_csrf_checks=True)
-    before = kernel_ids(client)
-    fetch(client, "get", LAB + "lab")  # the browser has both cookies: still not enough
+def test_use_is_recorded_for_the_idle_stop(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    browser.enter(1)
+    notebook.refresh_from_db()
+    assert notebook.last_activity_at is not None
 
-    response, _ = fetch(
-        client,
-        "post",
-        LAB + "api/kernels",
-        data={"name": "python3"},
-        content_type="application/json",
+
+def test_post_without_xsrf_token_is_refused(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    browser.enter(1)
+    before = kernel_ids(browser)
+    response = browser.request(
+        "POST", 1, LAB + "api/kernels", json={"name": "python3"},
+        headers={"Origin": browser.origin(1)},
     )
-
     assert response.status_code == 403
-    assert kernel_ids(client) == before
-
-
-def test_cross_site_post_is_refused_even_with_a_token(notebook, owner):
-    client = logged_in(owner, enforce_csrf_checks=True)
-    extra = xsrf_headers(client)
-    extra["headers"]["Origin"] = "https://evil.example"
-
-    response, _ = fetch(
-        client,
-        "post",
-        LAB + "api/kernels",
-        data={"name": "python3"},
-        content_type="application/json",
-        **extra,
+    wrong = browser.unsafe(
+        "POST", 1, LAB + "api/kernels", json={"name": "python3"}, headers={"X-XSRFToken": "x" * 32}
     )
-
-    assert response.status_code == 403
-
-
-def test_unreachable_notebook_answers_502(monkeypatch, owner, activity):
-    target = proxy.NotebookTarget("127.0.0.1", free_port(), "t" * 48, LAB)
-    monkeypatch.setattr(proxy, "get_job_for_user", lambda user, pk: SimpleNamespace(pk=pk))
-    monkeypatch.setattr(proxy, "resolve_target", lambda job: target)
-
-    response, body = fetch(logged_in(owner), "get", LAB + "lab")
-
-    assert response.status_code == 502
-    assert b"The notebook is not answering" in body
+    assert wrong.status_code == 403
+    assert kernel_ids(browser) == before
 
 
-# --- websockets ------------------------------------------------------------------
-
-
-def websocket(path, user=None, client=None, subprotocols=None):
-    from config.asgi import application
-
-    headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
-    if client is not None:
-        cookie = (
-            f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+def test_cross_origin_post_is_refused_even_with_the_token(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    browser.enter(1)
+    before = kernel_ids(browser)
+    for origin in ("https://evil.example", browser.origin(2), None):
+        headers = {"Origin": origin} if origin else {}
+        response = browser.request(
+            "POST", 1, LAB + "api/kernels", json={"name": "python3"},
+            headers={**headers, "X-XSRFToken": browser.jars[1]["_xsrf"]},
         )
-        headers.append((b"cookie", cookie.encode()))
-    return WebsocketCommunicator(application, path, headers=headers, subprotocols=subprotocols)
+        assert response.status_code == 403, origin
+    assert kernel_ids(browser) == before
+
+
+def test_unreachable_notebook_answers_502(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    browser.enter(1)
+    notebook.worker_set.update(port=free_port())
+    response = browser.request("GET", 1, LAB + "api/status")
+    assert response.status_code == 502
+    assert "not answering" in response.text
+
+
+def test_upstream_cookies_are_not_set_on_the_origin(notebook, browser_for, owner):
+    browser = browser_for(owner)
+    page = browser.enter(1)
+    names = {c.split("=", 1)[0] for c in page.headers.get_list("set-cookie")}
+    assert names == {"_xsrf"}  # ours; Jupyter's own Set-Cookie headers were dropped
+
+
+# --- websockets ------------------------------------------------------------------------
 
 
 def execute_request(code, session):
@@ -329,12 +423,9 @@ def execute_request(code, session):
     }
 
 
-async def execute_result(communicator, msg_id, decode):
-    """The text/plain result of `msg_id`, reading frames until it comes."""
+def execute_result(ws, msg_id, decode):
     while True:
-        frame = await communicator.receive_output(timeout=30)
-        assert frame["type"] == "websocket.send", frame
-        message = decode(frame)
+        message = decode(ws.recv(timeout=60))
         if (
             message["parent_header"].get("msg_id") == msg_id
             and message["header"]["msg_type"] == "execute_result"
@@ -342,140 +433,89 @@ async def execute_result(communicator, msg_id, decode):
             return message["content"]["data"]["text/plain"]
 
 
-def test_kernel_runs_code_through_the_proxy(notebook, owner, activity):
+def test_kernel_runs_code_through_the_origin(notebook, browser_for, owner):
     from jupyter_server.services.kernels.connection.base import (
         deserialize_msg_from_ws_v1,
         serialize_msg_to_ws_v1,
     )
 
-    client = logged_in(owner, enforce_csrf_checks=True)
-    extra = xsrf_headers(client)
-    response, body = fetch(
-        client,
-        "post",
-        LAB + "api/kernels",
-        data={"name": "python3"},
-        content_type="application/json",
-        **extra,
-    )
-    assert response.status_code == 201, body
-    assert_token_hidden(notebook.token, response, body)
-    kernel = json.loads(body)["id"]
+    browser = browser_for(owner)
+    browser.enter(1)
+    response = browser.unsafe("POST", 1, LAB + "api/kernels", json={"name": "python3"})
+    assert response.status_code == 201, response.text
+    assert_token_hidden(notebook.worker_set.get().notebook_token, response)
+    kernel = response.json()["id"]
     session = uuid.uuid4().hex
     channels = f"{LAB}api/kernels/{kernel}/channels?session_id={session}"
-
-    async def binary_protocol():
-        # JupyterLab's protocol: binary frames, negotiated with a subprotocol.
-        communicator = websocket(channels, client=client, subprotocols=[KERNEL_PROTOCOL])
-        connected, subprotocol = await communicator.connect(timeout=30)
-        assert connected
-        assert subprotocol == KERNEL_PROTOCOL
-        msg_id, message = execute_request("1+1", session)
-        packed = [json.dumps(message[part]).encode() for part in ("header", "parent_header")]
-        packed += [json.dumps(message[part]).encode() for part in ("metadata", "content")]
-        await communicator.send_to(bytes_data=serialize_msg_to_ws_v1(packed, "shell"))
-
-        def decode(frame):
-            channel, parts = deserialize_msg_from_ws_v1(frame["bytes"])
-            header, parent, metadata, content = (json.loads(part) for part in parts[:4])
-            return {"header": header, "parent_header": parent, "content": content}
-
-        result = await execute_result(communicator, msg_id, decode)
-        await communicator.disconnect()
-        return result
-
-    async def json_protocol():
-        # Without a subprotocol Jupyter speaks JSON in text frames.
-        communicator = websocket(channels, client=client)
-        connected, subprotocol = await communicator.connect(timeout=30)
-        assert connected
-        assert subprotocol is None
-        msg_id, message = execute_request("6*7", session)
-        await communicator.send_to(text_data=json.dumps(message))
-        result = await execute_result(communicator, msg_id, lambda frame: json.loads(frame["text"]))
-        await communicator.disconnect()
-        return result
-
     try:
-        proxy._recorded.clear()  # websocket traffic counts as use too
-        used = len(activity)
-        assert async_to_sync(binary_protocol)() == "2"
-        assert len(activity) == used + 1
-        assert async_to_sync(json_protocol)() == "42"
+        # JupyterLab's protocol: binary frames, negotiated with a subprotocol.
+        with browser.websocket(1, channels, subprotocols=[KERNEL_PROTOCOL]) as ws:
+            assert ws.subprotocol == KERNEL_PROTOCOL
+            msg_id, message = execute_request("1+1", session)
+            parts = [json.dumps(message[p]).encode() for p in ("header", "parent_header", "metadata", "content")]
+            ws.send(serialize_msg_to_ws_v1(parts, "shell"))
+
+            def decode(frame):
+                _, parts = deserialize_msg_from_ws_v1(frame)
+                header, parent, _, content = (json.loads(part) for part in parts[:4])
+                return {"header": header, "parent_header": parent, "content": content}
+
+            assert execute_result(ws, msg_id, decode) == "2"
+        # Without a subprotocol Jupyter speaks JSON in text frames.
+        with browser.websocket(1, channels) as ws:
+            msg_id, message = execute_request("6*7", session)
+            ws.send(json.dumps(message))
+            assert execute_result(ws, msg_id, json.loads) == "42"
     finally:
-        response, _ = fetch(client, "delete", f"{LAB}api/kernels/{kernel}", **extra)
-        assert response.status_code == 204
+        assert browser.unsafe("DELETE", 1, f"{LAB}api/kernels/{kernel}").status_code == 204
+
+
+def test_websocket_from_another_origin_is_refused(notebook, browser_for, owner):
+    from websockets.exceptions import InvalidStatus
+
+    browser = browser_for(owner)
+    browser.enter(1)
+    with browser.websocket(1, LAB + "api/events/subscribe"):
+        pass  # the notebook's own page may
+    for origin in ("https://evil.example", browser.origin(2)):
+        with pytest.raises(InvalidStatus) as refused:
+            browser.websocket(1, LAB + "api/events/subscribe", origin=origin)
+        assert refused.value.response.status_code == 403
 
 
 def test_a_user_who_loses_access_loses_the_open_kernel_socket(
-    notebook, owner, monkeypatch, settings
+    notebook, browser_for, owner, dana, project, settings
 ):
     """Access is asked again between frames: once it is gone, the next frame the user
     sends never reaches the kernel, and the socket closes with 4403."""
+    from websockets.exceptions import ConnectionClosed
+
     settings.GANTRY_WS_RECHECK_SECONDS = 0
-    client = logged_in(owner, enforce_csrf_checks=True)
-    extra = xsrf_headers(client)
-    response, body = fetch(
-        client, "post", LAB + "api/kernels", data={"name": "python3"},
-        content_type="application/json", **extra,
-    )
-    kernel = json.loads(body)["id"]
+    browser = browser_for(dana)
+    browser.enter(1)
+    kernel = browser.unsafe("POST", 1, LAB + "api/kernels", json={"name": "python3"}).json()["id"]
     session = uuid.uuid4().hex
     channels = f"{LAB}api/kernels/{kernel}/channels?session_id={session}"
-    allowed, removed = proxy.get_job_for_user, []
-
-    def get_job_for_user(user, pk):  # until the owner is removed from the project
-        if removed:
-            raise Http404
-        return allowed(user, pk)
-
-    monkeypatch.setattr(proxy, "get_job_for_user", get_job_for_user)
-
-    async def go():
-        communicator = websocket(channels, client=client)
-        connected, _ = await communicator.connect(timeout=30)
-        assert connected
-        msg_id, message = execute_request("6*7", session)
-        await communicator.send_to(text_data=json.dumps(message))
-        first = await execute_result(communicator, msg_id, lambda f: json.loads(f["text"]))
-        removed.append(owner)
-        msg_id, message = execute_request("open('/tmp/x', 'w')", session)
-        await communicator.send_to(text_data=json.dumps(message))
-        while True:
-            frame = await communicator.receive_output(timeout=30)
-            if frame["type"] == "websocket.close":
-                return first, frame["code"]
-            # Only what the kernel said before access was taken away may still arrive.
-            assert json.loads(frame["text"])["parent_header"].get("msg_id") != msg_id
-
     try:
-        assert async_to_sync(go)() == ("42", 4403)
+        with browser.websocket(1, channels) as ws:
+            msg_id, message = execute_request("6*7", session)
+            ws.send(json.dumps(message))
+            assert execute_result(ws, msg_id, json.loads) == "42"
+            project_services.remove_project_member(
+                actor=owner, member=project.members.get(user=dana)
+            )
+            msg_id, message = execute_request("open('/tmp/x', 'w')", session)
+            ws.send(json.dumps(message))
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    frame = json.loads(ws.recv(timeout=30))
+                    # Only what the kernel said before access was taken away may arrive.
+                    assert frame["parent_header"].get("msg_id") != msg_id
+            assert closed.value.rcvd.code == 4403
     finally:
-        removed.clear()
-        response, _ = fetch(client, "delete", f"{LAB}api/kernels/{kernel}", **extra)
-        assert response.status_code == 204
-
-
-def test_websocket_refuses_anonymous_with_4403(notebook):
-    async def go():
-        communicator = websocket(LAB + "api/events/subscribe")
-        await communicator.connect()
-        closed = await communicator.receive_output(timeout=10)
-        return closed
-
-    closed = async_to_sync(go)()
-    assert closed == {"type": "websocket.close", "code": 4403}
-
-
-def test_websocket_refuses_outsider_with_4404(notebook, outsider):
-    client = logged_in(outsider)
-
-    async def go():
-        communicator = websocket(LAB + "api/events/subscribe", client=client)
-        await communicator.connect()
-        return await communicator.receive_output(timeout=10)
-
-    assert async_to_sync(go)() == {"type": "websocket.close", "code": 4404}
+        owners = browser_for(owner)
+        owners.enter(1)
+        assert owners.unsafe("DELETE", 1, f"{LAB}api/kernels/{kernel}").status_code == 204
 
 
 # --- pieces ----------------------------------------------------------------------------
@@ -483,6 +523,8 @@ def test_websocket_refuses_outsider_with_4404(notebook, outsider):
 
 @pytest.mark.parametrize("size", [1, 3, 7, 100])
 def test_token_is_removed_across_chunk_borders(size):
+    from asgiref.sync import async_to_sync
+
     secret = b"s3cr3t-token"
     text = b'{"token": "s3cr3t-token", "x": "s3cr3t-tokens3cr3t-token!"}'
 
@@ -491,30 +533,65 @@ def test_token_is_removed_across_chunk_borders(size):
             for start in range(0, len(text), size):
                 yield text[start : start + size]
 
-        return b"".join([chunk async for chunk in proxy._without(chunks(), secret)])
+        return b"".join([chunk async for chunk in proxy.without(chunks(), secret)])
 
     assert async_to_sync(scrub)() == b'{"token": "", "x": "!"}'
 
 
-def test_gantry_cookies_and_credentials_stay_home():
-    request = RequestFactory().post(
-        "/jobs/1/lab/api/kernels",
-        HTTP_COOKIE=f"{settings.SESSION_COOKIE_NAME}=s; {settings.CSRF_COOKIE_NAME}=c; _xsrf=x; app=1",
-        HTTP_AUTHORIZATION="Token gantry-api-token",
-        HTTP_X_CSRFTOKEN="c",
-        HTTP_ORIGIN="http://testserver",
-        HTTP_CONNECTION="keep-alive, X-Private",
-        HTTP_X_PRIVATE="hop",
-        HTTP_ACCEPT="application/json",
+def test_origin_cookies_and_credentials_stay_home():
+    headers = proxy.upstream_headers(
+        [
+            ("Cookie", f"{proxy.SESSION_COOKIE}=s; {proxy.STATE_COOKIE}=t; _xsrf=x; app=1"),
+            ("Authorization", "Token gantry-api-token"),
+            ("X-XSRFToken", "x"),
+            ("Origin", "http://1.nb.localhost:8001"),
+            ("Connection", "keep-alive, X-Private"),
+            ("X-Private", "hop"),
+            ("Accept", "application/json"),
+            ("Host", "1.nb.localhost:8001"),
+        ],
+        "jupyter-token",
     )
-    target = proxy.NotebookTarget("127.0.0.1", 1, "jupyter-token", LAB)
-
-    headers = {
-        name.lower(): value for name, value in proxy._upstream_headers(request, target).items()
-    }
-
+    headers = {name.lower(): value for name, value in headers.items()}
     assert headers["cookie"] == "app=1"
     assert headers["authorization"] == "token jupyter-token"
     assert headers["accept"] == "application/json"
-    for name in ("x-csrftoken", "origin", "connection", "x-private", "host"):
+    for name in ("x-xsrftoken", "origin", "connection", "x-private", "host"):
         assert name not in headers
+
+
+@pytest.mark.parametrize(
+    "template,host,job",
+    [
+        ("http://{job}.nb.localhost:8001", "7.nb.localhost:8001", 7),
+        ("http://{job}.nb.localhost:8001", "7.NB.localhost:8001", 7),
+        ("http://{job}.nb.localhost:8001", "7.nb.localhost:8002", None),
+        ("http://{job}.nb.localhost:8001", "7.nb.localhost", None),
+        ("http://{job}.nb.localhost:8001", "x7.nb.localhost:8001", None),
+        ("http://{job}.nb.localhost:8001", "07.nb.localhost:8001", None),
+        ("http://{job}.nb.localhost:8001", "1.7.nb.localhost:8001", None),
+        ("https://{job}.nb.lab.example", "12.nb.lab.example", 12),
+        ("https://{job}.nb.lab.example", "12.nb.lab.example:443", 12),
+        ("https://{job}.nb.lab.example", "12.nb.lab.example.evil", None),
+        ("https://{job}.nb.lab.example", "nb.lab.example", None),
+    ],
+)
+def test_job_of_host(settings, template, host, job):
+    settings.GANTRY_NOTEBOOK_ORIGIN = template
+    assert proxy.job_of_host(host) == job
+
+
+@pytest.mark.parametrize(
+    "path,clean",
+    [
+        ("lab/tree/a.ipynb", "lab/tree/a.ipynb"),
+        ("lab", "lab"),
+        ("/evil", ""),
+        ("//evil.example/x", ""),
+        ("lab/../../x", ""),
+        ("lab\\x", ""),
+        ("lab\nx", ""),
+    ],
+)
+def test_only_plain_lab_paths_are_kept(path, clean):
+    assert proxy.clean_path(path) == clean

@@ -116,6 +116,11 @@ class Command(BaseCommand):
             if web_workers > 1:
                 uvicorn += ["--workers", str(web_workers)]
             children["web"] = subprocess.Popen(uvicorn)
+        # Notebooks are served from an origin of their own, on a port of its own (jobs/proxy.py).
+        children["notebooks"] = subprocess.Popen([
+            python, "-m", "uvicorn", "jobs.notebook_origin:application", "--no-access-log",
+            "--host", host, "--port", str(settings.GANTRY_NOTEBOOK_PORT),
+        ])
         if not no_worker:
             # Behind the web processes for the CPU (and so are the local jobs it starts):
             # an admission pass or a job's start-up must not stall the pages people wait on.
