@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import free_port, run, wait_http, wrk  # noqa: E402
+from load import free_port, run, wait_http, wrk
 
 ROOT = Path(__file__).resolve().parent.parent
 DB_NAME = "gantry_bench_wsgi"
