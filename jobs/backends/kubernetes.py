@@ -413,7 +413,31 @@ class KubernetesBackend(Backend):
                 if replace is not None:
                     replace(manifest)
             logger.debug("applied %s %s", kind, meta["name"])
+            if kind == "ResourceQuota":
+                self._await_quota(conn, manifest)
         return manifests[0]["metadata"]["name"]
+
+    @staticmethod
+    def _await_quota(conn: Connection, manifest: dict, timeout: float = 10.0) -> None:
+        """Until the quota controller has counted a new or changed quota (its `status.hard`
+        matches), the API server refuses every pod it limits ("status unknown for
+        quota"): a notebook Pod created at once would fail. Usually milliseconds."""
+        hard = {k: _quantity(v) for k, v in manifest["spec"]["hard"].items()}
+        if not hard:
+            return
+        name, ns = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        deadline = time.monotonic() + timeout
+        while True:
+            quota = conn.core.read_namespaced_resource_quota(
+                name, ns, _request_timeout=conn.timeout
+            )
+            counted = (quota.status.hard or {}) if quota.status else {}
+            if {k: _quantity(v) for k, v in counted.items()} == hard:
+                return
+            if time.monotonic() > deadline:
+                logger.warning("quota %s/%s not counted after %s s", ns, name, timeout)
+                return
+            time.sleep(0.1)
 
     def launch(self, job, token_for_rank) -> None:
         from jobs.models import Job, JobWorker

@@ -1,122 +1,466 @@
-"""Against a real Kubernetes cluster: run only when $KUBECONFIG points at one that answers.
+"""Gantry against a real Kubernetes control plane: etcd, kube-apiserver (RBAC, the default
+admission plugins: ResourceQuota, LimitRanger, ServiceAccount, PodSecurity, ...),
+kube-controller-manager (the Job, garbage-collection, quota and pod-GC controllers) and
+kube-scheduler, built from their Go modules, with kwok playing the kubelets of fake GPU
+nodes (tests/k8s_cluster.py; the binaries come from platform/dev/k8s-build).
 
-They are deselected by default (pyproject's addopts): no cluster can exist on Gantry's CI
-machines. Asked for without a reachable cluster, they skip with the reason. See the
-README's "Kubernetes" section for running them against kind or k3s:
+One cluster per pytest process. Without the binaries these tests skip with the reason,
+except under CI=true, where a control plane that does not come up fails them.
 
-    kind create cluster && KUBECONFIG=~/.kube/config pytest -m k8s_live tests/jobs/test_k8s_live.py
-
-They create and delete the namespace `gantry-live-test` (and objects in it) only.
+Gantry talks to the cluster as the ServiceAccount of platform/k8s/ (a token for it), never
+as the admin; the admin client here only plays what is not Gantry: kwok's pods' exit
+(an annotation the kwok stages act on), evictions, a node going away. Where a kwok pod
+cannot run the executor, the test plays it over Gantry's real HTTP API (`live_server`)
+with the job token from the pod's Secret. Tests connect to loopback only: pod, node and
+Service addresses of the cluster are never contacted.
 """
 
+from __future__ import annotations
+
+import base64
+import contextlib
 import os
 import time
 from pathlib import Path
 
 import pytest
+import requests
+import yaml
 
 from jobs.backends import k8s_manifests as m
+from tests.k8s_cluster import ClusterUnavailable, KubeCluster
 
-pytestmark = pytest.mark.k8s_live
-TENANT = "live-test"
+pytestmark = [pytest.mark.k8s_live, pytest.mark.slow]
+
+PLATFORM = Path(__file__).resolve().parents[2] / "platform" / "k8s"
+EXIT = "stage.gantry.dev/exit-code"
+UNPULLABLE = "registry.invalid/gantry/cannot-pull:1"
+WAIT = 120  # a safety net against hanging, never a timing assertion
 
 
-def _cluster_answers() -> str | None:
-    path = os.environ.get("KUBECONFIG")
-    if not path or not Path(path.split(os.pathsep)[0]).exists():
-        return "KUBECONFIG does not point at a kubeconfig"
-    from jobs.backends.kubernetes import ClusterRef, Connection, describe_error
+# --- the cluster ---------------------------------------------------------------------------
 
+
+@pytest.fixture(scope="session")
+def kube():
     try:
-        conn = Connection(ClusterRef("live"))
-        conn.core.list_node(_request_timeout=10)
-    except Exception as exc:
-        return describe_error(exc, "live")
-    return None
+        cluster = KubeCluster().start()
+    except ClusterUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the Kubernetes control plane did not come up (CI=true): {exc}")
+        pytest.skip(f"no Kubernetes control plane here: {exc}")
+    yield cluster
+    cluster.stop()
 
 
-_PROBLEM = _cluster_answers()
-if _PROBLEM:
-    pytestmark = [pytestmark, pytest.mark.skip(reason=f"no live cluster: {_PROBLEM}")]
+def platform_documents() -> list[dict]:
+    """platform/k8s/ in the kustomization's order, as `kubectl apply -k` would send it."""
+    kustomization = yaml.safe_load((PLATFORM / "kustomization.yaml").read_text())
+    return [
+        doc
+        for name in kustomization["resources"]
+        for doc in yaml.safe_load_all((PLATFORM / name).read_text())
+        if doc
+    ]
 
 
-@pytest.fixture(scope="module")
-def conn():
-    from jobs.backends.kubernetes import ClusterRef, Connection
+def server_side_apply(api_client, documents, manager="gantry-tests"):
+    from kubernetes.dynamic import DynamicClient
 
-    conn = Connection(ClusterRef("live"))
-    yield conn
-    conn.core.delete_namespace(m.namespace_name(TENANT), propagation_policy="Foreground")
+    dynamic = DynamicClient(api_client)
+    applied = []
+    for doc in documents:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        applied.append(
+            dynamic.server_side_apply(
+                resource, body=doc, field_manager=manager, force_conflicts=True
+            )
+        )
+    return applied
 
 
-def test_nodes_report_allocatable_resources(conn):
-    from jobs.backends.kubernetes import node_resources
+@pytest.fixture(scope="session")
+def gantry_kubeconfig(kube) -> str:
+    """platform/k8s/ applied (server-side apply, as the admin would), and a kubeconfig
+    with a token of its ServiceAccount `gantry`: what Gantry runs as in every test."""
+    from kubernetes import client
 
-    nodes = [node_resources(n) for n in conn.core.list_node().items]
-    assert nodes and all(n["allocatable"]["cpus"] > 0 for n in nodes)
+    server_side_apply(kube.client(), platform_documents())
+    core = client.CoreV1Api(kube.client())
+    deadline = time.monotonic() + WAIT
+    while True:  # the ServiceAccount token controller is not involved: TokenRequest
+        try:
+            token = core.create_namespaced_service_account_token(
+                "gantry", "gantry", {"spec": {"expirationSeconds": 86400}}
+            ).status.token
+            break
+        except client.exceptions.ApiException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    return yaml.safe_dump(kube.kubeconfig_dict(token, user="system:serviceaccount:gantry:gantry"))
 
 
-def test_every_generated_manifest_is_accepted_by_the_api_server(conn):
-    """Server-side dry run: the API server's own validation and admission, nothing runs."""
+class Admin:
+    """The cluster's admin: plays kubelets' and operators' parts, reads what Gantry made."""
+
+    def __init__(self, kube):
+        from kubernetes import client
+
+        api = kube.client()
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.networking = client.NetworkingV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.rbac = client.RbacAuthorizationV1Api(api)
+
+    def pods(self, job, attempt=None):
+        selector = f"{m.LABEL_JOB}={job.pk},{m.LABEL_ATTEMPT}={attempt or job.attempt}"
+        ns = m.namespace_name(job.project.tenant.slug)
+        pods = self.core.list_namespaced_pod(ns, label_selector=selector).items
+        return sorted(pods, key=lambda p: p.metadata.name)
+
+    def exit(self, pod, code: int = 0) -> None:
+        """The pod's command ends with `code` (kwok's pod-exit stage acts on it)."""
+        self.core.patch_namespaced_pod(
+            pod.metadata.name,
+            pod.metadata.namespace,
+            {"metadata": {"annotations": {EXIT: str(code)}}},
+        )
+
+    def job_token(self, job, rank: int) -> str:
+        """The rank's executor token, as the pod's Secret mount holds it."""
+        name = m.token_secret_name(
+            m.JobSpec(id=job.pk, attempt=job.attempt, kind="", tenant_slug="")
+        )
+        secret = self.core.read_namespaced_secret(name, m.namespace_name(job.project.tenant.slug))
+        return base64.b64decode(secret.data[str(rank)]).decode()
+
+
+class Gantry:
+    """Gantry's side: its backend on the cluster as ServiceAccount gantry, its watches
+    pumped in this thread, its executor API on a live server."""
+
+    def __init__(self, admin: Admin, url: str):
+        from jobs.backends import get_backend
+        from jobs.backends.k8s_watch import watches_for
+
+        self.admin = admin
+        self.url = url
+        self.backend = get_backend("kubernetes")
+        self.ref = self.backend.default_cluster()
+        self.watches = watches_for(self.backend, self.ref)
+        for watch in self.watches:
+            watch.timeout_seconds = 1
+        self.seen: list[tuple[str, str]] = []
+
+    def pump(self, until, what: str, timeout: float = WAIT):
+        """Run the pod and Job watches until `until()` is true."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for watch in self.watches:
+                watch.watch_once()
+            result = until()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not reached within {timeout} s: {what}")
+
+    def submit(self, owner, project, **spec):
+        from jobs import services
+        from jobs.admission import admission_pass
+
+        spec.setdefault("command", "python train.py")
+        job = services.submit_job(owner, project, **spec)
+        assert job.state == "queued"
+        admission_pass()
+        job.refresh_from_db()
+        assert job.state == "admitted", job.state_reason
+        assert services.launch_job(job), job.state_reason
+        job.refresh_from_db()
+        assert job.state == "starting", job.state_reason
+        return job
+
+    def executor(self, job, rank: int, event: str = "started", **body):
+        """What the executor in the pod sends first: GET its spec, POST `started`."""
+        auth = {"Authorization": f"Bearer {self.admin.job_token(job, rank)}"}
+        base = f"{self.url}/api/v1/executor/jobs/{job.pk}"
+        spec = requests.get(f"{base}/spec", headers=auth, timeout=30)
+        assert spec.status_code == 200, spec.text
+        sent = requests.post(
+            f"{base}/status",
+            json={"worker": rank, "event": event, "pid": 7, **body},
+            headers=auth,
+            timeout=30,
+        )
+        assert sent.status_code == 200, sent.text
+        return spec.json()
+
+    def states(self, job) -> list[str]:
+        return [e.to_state for e in job.events.order_by("at", "pk")]
+
+
+@pytest.fixture
+def admin(kube):
+    return Admin(kube)
+
+
+@pytest.fixture
+def gantry(transactional_db, settings, kube, gantry_kubeconfig, live_server, admin, tmp_path):
+    from cluster.models import KubernetesCluster
+    from jobs.backends import reset_backends
+
+    settings.GANTRY_JOB_BACKEND = "kubernetes"
+    settings.GANTRY_URL = live_server.url
+    settings.GANTRY_K8S_API_URL = live_server.url
+    settings.GANTRY_K8S_DEFAULT_IMAGE = "registry.example.org/gantry/pytorch:2.5"
+    settings.GANTRY_JOBS_DIR = tmp_path / "jobs"
+    settings.GANTRY_JOB_GRACE_SECONDS = 2
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "files"},
+        },
+    }
+    KubernetesCluster.objects.create(name="kwok", kubeconfig=gantry_kubeconfig, is_default=True)
+    reset_backends()
+    yield Gantry(admin, live_server.url)
+    reset_backends()
+
+
+@pytest.fixture
+def tenant_project(gantry, owner, admin, request):
+    """A tenant of its own per test (its namespace is deleted afterwards, and waited for,
+    so no pod of this test reaches the next one's watches)."""
+    from accounts import services as account_services
+    from projects import services as project_services
+
+    slug = "t-" + request.node.name.replace("_", "-")[5:40].strip("-")
+    tenant = account_services.create_tenant(actor=owner, name=slug, slug=slug)
+    project = project_services.create_project(actor=owner, tenant=tenant, name="P", slug="p")
+    yield tenant, project
     from kubernetes.client.exceptions import ApiException
+
+    ns = m.namespace_name(slug)
+    with contextlib.suppress(ApiException):
+        admin.core.delete_namespace(ns)
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        try:
+            admin.core.read_namespace(ns)
+        except ApiException:
+            break
+        time.sleep(0.5)
+
+
+# --- 1. everything Gantry sends is accepted; platform/k8s applies -------------------------
+
+
+def test_platform_applies_server_side_and_its_objects_exist(kube, gantry_kubeconfig, admin):
+    docs = platform_documents()
+    # A second apply of the same manifests is accepted and changes nothing.
+    before = admin.apps.read_namespaced_deployment("gantry-web", "gantry").metadata
+    server_side_apply(kube.client(), docs)
+    after = admin.apps.read_namespaced_deployment("gantry-web", "gantry").metadata
+    assert after.generation == before.generation
+    from kubernetes.dynamic import DynamicClient
+
+    dynamic = DynamicClient(kube.client())
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        meta = doc["metadata"]
+        found = resource.get(name=meta["name"], namespace=meta.get("namespace"))
+        assert found.metadata.name == meta["name"]
+        # Server-side apply recorded who manages it.
+        assert "gantry-tests" in {f.manager for f in found.metadata.managedFields}
+    # The Deployment controller made their ReplicaSets (kwok runs their pods).
+    web = admin.apps.read_namespaced_deployment("gantry-web", "gantry")
+    assert web.spec.replicas == 2
+    assert admin.apps.list_namespaced_replica_set("gantry").items
+
+
+def test_every_generated_object_is_accepted_with_quota_and_limits_on(gantry, tenant_project):
+    """Every job kind and option from the golden cases, created for real as Gantry's
+    ServiceAccount (server-side dry run: validation, defaulting and every admission
+    plugin, ResourceQuota and LimitRanger included), in a namespace Gantry set up."""
+    from kubernetes.utils import parse_quantity
 
     from jobs.backends.kubernetes import KubernetesBackend
 
     from .test_k8s_manifests import CASES, tokens
 
-    cfg = CASES["train-cpu"][1]
-    tenant = m.tenant_manifests(TENANT, m.QuotaSpec(gpus=2, cpus=8, memory_mb=8192), cfg)
-    try:
-        conn.core.create_namespace(tenant[0])
-    except ApiException as exc:
-        assert exc.status == 409
-    for manifest in tenant[1:]:
-        KubernetesBackend._create_any(conn, manifest, dry_run="All")
-    for spec, case_cfg in CASES.values():
-        spec = m.JobSpec(**{**spec.__dict__, "tenant_slug": TENANT})
-        for manifest in m.job_manifests(spec, case_cfg, tokens(spec.workers)):
-            KubernetesBackend._create_any(conn, manifest, dry_run="All")
+    tenant, _ = tenant_project
+    conn = gantry.backend.connection(gantry.ref)
+    from cluster.models import TenantQuota
+
+    TenantQuota.objects.create(tenant=tenant, guaranteed_gpus=16, max_cpus=64, max_memory_mb=65536)
+    ns = gantry.backend.ensure_tenant(conn, tenant)
+    quota = gantry.admin.core.read_namespaced_resource_quota("gantry-quota", ns)
+    # Counted by the quota controller before Gantry goes on (else pods are refused).
+    assert {k: parse_quantity(v) for k, v in quota.status.hard.items()} == {
+        "requests.nvidia.com/gpu": 16,
+        "requests.cpu": 64,
+        "requests.memory": 65536 * 2**20,
+    }
+    created = 0
+    for case, (spec, cfg) in CASES.items():
+        spec = m.JobSpec(**{**spec.__dict__, "tenant_slug": tenant.slug})
+        for manifest in m.job_manifests(spec, cfg, tokens(spec.workers)):
+            made = KubernetesBackend._create_any(conn, manifest, dry_run="All")
+            assert made.metadata.name == manifest["metadata"]["name"], case
+            created += 1
+    assert created == 30  # 11 cases: Secrets, Services, gang policies, Jobs, Pods
+    # Applying the tenant again (quota changed) updates in place.
+    TenantQuota.objects.filter(tenant=tenant).update(guaranteed_gpus=4)
+    gantry.backend.ensure_tenant(conn, tenant)
+    quota = gantry.admin.core.read_namespaced_resource_quota("gantry-quota", ns)
+    assert quota.spec.hard["requests.nvidia.com/gpu"] == "4"
+    policies = {
+        p.metadata.name for p in gantry.admin.networking.list_namespaced_network_policy(ns).items
+    }
+    assert policies == {"gantry-jobs", "gantry-notebooks"}
 
 
-def test_an_image_that_cannot_be_pulled_fails_the_job_and_leaves_nothing(
-    conn, db, settings, owner, make_user
-):
-    from accounts import services as account_services
-    from cluster.models import KubernetesCluster
-    from jobs import services as job_services
-    from jobs.admission import admission_pass
-    from jobs.backends import get_backend, reset_backends
-    from jobs.backends.k8s_watch import watches_for
-    from projects import services as project_services
+# --- 2. Gantry runs as its ServiceAccount, and no more -------------------------------------
 
-    settings.GANTRY_JOB_BACKEND = "kubernetes"
-    settings.GANTRY_K8S_DEFAULT_IMAGE = "registry.invalid/gantry/does-not-exist:0"
-    KubernetesCluster.objects.create(
-        name="live", kubeconfig=Path(os.environ["KUBECONFIG"]).read_text(), is_default=True
-    )
-    reset_backends()
-    tenant = account_services.create_tenant(actor=owner, name="Live", slug=TENANT)
-    project = project_services.create_project(actor=owner, tenant=tenant, name="P", slug="p")
-    job = job_services.submit_job(owner, project, command="python -c pass")
-    admission_pass()
-    job.refresh_from_db()
-    job_services.launch_job(job)
-    backend = get_backend()
-    pods = watches_for(backend, backend.default_cluster())[0]
-    pods.timeout_seconds = 20
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        pods.watch_once()
-        job.refresh_from_db()
-        if job.is_terminal:
-            break
-    assert job.state == "failed"
-    assert "cannot be pulled" in job.state_reason
-    ns, name = m.namespace_name(TENANT), f"gantry-job-{job.pk}-a1"
+
+def test_gantry_runs_as_its_service_account_and_is_refused_outside_its_role(gantry):
+    from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    try:
-        found = conn.batch.read_namespaced_job(name, ns)
-        assert found.metadata.deletion_timestamp is not None
-    except ApiException as exc:
-        assert exc.status == 404
+    conn = gantry.backend.connection(gantry.ref)
+    review = client.AuthenticationV1Api(conn.api).create_self_subject_review({})
+    assert review.status.user_info.username == "system:serviceaccount:gantry:gantry"
+    # What it needs: nodes (capacity), pods and Jobs in every namespace (its watches).
+    assert gantry.backend.node_details()
+    conn.core.list_pod_for_all_namespaces(limit=1)
+    conn.batch.list_job_for_all_namespaces(limit=1)
+    # What it must not do: read Secrets (not even its jobs' tokens), exec into pods,
+    # grant itself roles.
+    for forbidden in (
+        lambda: conn.core.list_secret_for_all_namespaces(limit=1),
+        lambda: conn.core.read_namespaced_secret("gantry-secrets", "gantry"),
+        lambda: client.RbacAuthorizationV1Api(conn.api).create_cluster_role_binding(
+            {
+                "metadata": {"name": "gantry-escalates"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
+                "subjects": [{"kind": "ServiceAccount", "name": "gantry", "namespace": "gantry"}],
+            }
+        ),
+        lambda: conn.core.delete_collection_node(),
+    ):
+        with pytest.raises(ApiException) as refused:
+            forbidden()
+        assert refused.value.status == 403
+
+
+# --- 3. jobs go queued -> running -> succeeded through kwok's pods -------------------------
+
+
+def test_train_job_runs_on_a_gpu_node_and_succeeds(gantry, admin, tenant_project, owner):
+    _, project = tenant_project
+    job = gantry.submit(owner, project, gpus=2, cpus=4, memory_mb=8192)
+    pod = gantry.pump(
+        lambda: [p for p in admin.pods(job) if p.status.phase == "Running"], "pod Running"
+    )[0]
+    assert pod.spec.node_name.startswith("gpu-")
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    assert pod.spec.security_context.run_as_non_root is True
+    job.refresh_from_db()
+    assert job.state == "starting"  # a running container is not yet a running command
+    assert job.placement["hosts"] == {"0": pod.spec.node_name}  # where the scheduler put it
+    spec = gantry.executor(job, 0)
+    assert spec["command"] == ["python", "train.py"]
+    job.refresh_from_db()
+    assert job.state == "running"
+    admin.exit(pod, 0)
+    gantry.pump(lambda: (job.refresh_from_db(), job.is_terminal)[1], "job ends")
+    assert job.state == "succeeded", job.state_reason
+    assert gantry.states(job) == ["queued", "admitted", "starting", "running", "succeeded"]
+
+
+def test_two_worker_distributed_job_gets_indexed_pods_and_succeeds(
+    gantry, admin, tenant_project, owner
+):
+    _, project = tenant_project
+    job = gantry.submit(owner, project, kind="distributed", workers=2, gpus=1, cpus=2)
+    pods = gantry.pump(
+        lambda: (
+            (p := admin.pods(job))
+            and len(p) == 2
+            and all(x.status.phase == "Running" for x in p)
+            and p
+        ),
+        "both workers Running",
+    )
+    ns = m.namespace_name(job.project.tenant.slug)
+    name = m.workload_name(job.pk, job.attempt)
+    assert admin.core.read_namespaced_service(name, ns).spec.cluster_ip == "None"
+    gang = admin.networking.read_namespaced_network_policy(name, ns)
+    assert gang.metadata.owner_references[0].kind == "Job"
+    for index, pod in enumerate(
+        sorted(pods, key=lambda p: int(p.metadata.annotations[m.INDEX_ANNOTATION]))
+    ):
+        assert pod.metadata.annotations[m.INDEX_ANNOTATION] == str(index)
+        assert pod.spec.hostname == f"{name}-{index}" and pod.spec.subdomain == name
+        env = {e.name: e for e in pod.spec.containers[0].env}
+        assert env["PET_NNODES"].value == "2"
+        assert env["PET_MASTER_ADDR"].value == f"{name}-0.{name}"
+        assert env["PET_NODE_RANK"].value_from.field_ref.field_path == (
+            f"metadata.annotations['{m.INDEX_ANNOTATION}']"
+        )
+    job.refresh_from_db()
+    assert set(job.placement["hosts"]) == {"0", "1"}
+    gantry.executor(job, 0)
+    job.refresh_from_db()
+    assert job.state == "starting"  # a gang runs when all of it does
+    gantry.executor(job, 1)
+    job.refresh_from_db()
+    assert job.state == "running"
+    for pod in pods:
+        admin.exit(pod, 0)
+    gantry.pump(lambda: (job.refresh_from_db(), job.is_terminal)[1], "job ends")
+    assert job.state == "succeeded", job.state_reason
+    assert gantry.states(job) == ["queued", "admitted", "starting", "running", "succeeded"]
+    k8s_job = admin.batch.read_namespaced_job(name, ns)
+    assert k8s_job.status.succeeded == 2
+
+
+def test_notebook_runs_as_a_pod_with_its_service_and_ends(gantry, admin, tenant_project, owner):
+    _, project = tenant_project
+    job = gantry.submit(owner, project, kind="notebook", gpus=1)
+    pod = gantry.pump(
+        lambda: [p for p in admin.pods(job) if p.status.phase == "Running"], "pod Running"
+    )[0]
+    ns = m.namespace_name(job.project.tenant.slug)
+    name = m.workload_name(job.pk, job.attempt)
+    service = admin.core.read_namespaced_service(name, ns)
+    assert service.metadata.owner_references[0].kind == "Pod"
+    assert pod.spec.containers[0].ports[0].container_port == 8888
+    gantry.executor(job, 0)
+    job.refresh_from_db()
+    assert job.state == "running"
+    worker = job.worker_set.get()
+    assert worker.host == f"{name}.{ns}.svc"  # reached through the Service, by the proxy only
+    admin.exit(pod, 0)  # JupyterLab shut down from its menu
+    gantry.pump(lambda: (job.refresh_from_db(), job.is_terminal)[1], "job ends")
+    assert job.state == "succeeded", job.state_reason
+    assert gantry.states(job) == ["queued", "admitted", "starting", "running", "succeeded"]
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
+    gantry, admin, tenant_project, owner, settings
+):
+    settings.GANTRY_K8S_DEFAULT_IMAGE = UNPULLABLE
+    _, project = tenant_project
+    job = gantry.submit(owner, project)
+    gantry.pump(lambda: (job.refresh_from_db(), job.is_terminal)[1], "job ends")
+    assert job.state == "failed"
+    assert f"the image {UNPULLABLE} cannot be pulled" in job.state_reason
+    assert "ImagePullBackOff" in job.state_reason or "Back-off pulling" in job.state_reason
+    gantry.pump(lambda: not admin.pods(job), "pods gone")
