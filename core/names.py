@@ -27,8 +27,8 @@ SEPARATOR_LOOKALIKES = {
     "\u27cd": "mathematical falling diagonal ⟍",
     "\u3033": "vertical kana repeat mark 〳",
 }
-# Device names: with any extension, in any case, with trailing spaces or dots.
-WINDOWS_DEVICE = re.compile(r"^(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])(\..*)?$", re.IGNORECASE)
+# Device names: with any extension, in any case, with spaces or dots after the name.
+WINDOWS_DEVICE = re.compile(r"^(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³]) *(\..*)?$", re.IGNORECASE)
 
 
 def normal_name(name: str) -> str:
