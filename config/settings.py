@@ -329,6 +329,8 @@ MEDIA_URL = "/files/"
 # Development serves static files straight from the source folders; production
 # runs `collectstatic` (compressed, hashed names) and WhiteNoise serves the result.
 WHITENOISE_USE_FINDERS = DEBUG
+# Files browsers ask for at the site's root (favicon.ico), served as they are.
+WHITENOISE_ROOT = BASE_DIR / "core" / "root"
 WHITENOISE_AUTOREFRESH = DEBUG
 GANTRY_STORAGE = _get("str", "GANTRY_STORAGE", "filesystem")
 if GANTRY_STORAGE == "filesystem":
@@ -443,7 +445,12 @@ GANTRY_CSP = {
 GANTRY_CSP_EXEMPT_URL_NAMES = []
 # Per page (URL name): Swagger UI's script is a file (the split view), but its React code
 # injects a <style> element at run time; inline styles only, scripts stay 'self'.
-GANTRY_CSP_OVERRIDES = {"api-docs": {"style-src": ["'self'", "'unsafe-inline'"]}}
+# "browsable-api": every page DRF's browsable API renders (its templates carry inline
+# styles: a <style> of highlighting and style attributes).
+GANTRY_CSP_OVERRIDES = {
+    "api-docs": {"style-src": ["'self'", "'unsafe-inline'"]},
+    "browsable-api": {"style-src": ["'self'", "'unsafe-inline'"]},
+}
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
@@ -467,6 +474,8 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         # One line per proxied notebook request is noise.
         "httpx": {"level": "WARNING"},
+        # django-axes announces itself at every start; lockouts are warnings.
+        "axes": {"level": "WARNING"},
     },
 }
 

@@ -54,6 +54,8 @@ def ContentSecurityPolicyMiddleware(get_response):  # a factory, named as middle
         url_name = match.url_name if match is not None else None
         if url_name in settings.GANTRY_CSP_EXEMPT_URL_NAMES:
             return response
+        if getattr(getattr(response, "accepted_renderer", None), "format", None) == "api":
+            url_name = "browsable-api"  # one look, whatever the endpoint
         if "Content-Security-Policy" not in response:
             response["Content-Security-Policy"] = content_security_policy(url_name)
         return response
