@@ -69,3 +69,25 @@ def test_serve_brings_up_web_and_worker_and_the_demo_login_works(tmp_path):
             os.killpg(os.getpgid(server.pid), signal.SIGKILL)
             raise
     assert server.returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--tls-cert", "c.pem", "--tls-key", "k.pem"], "--tls-cert and --tls-key need --production"),
+        (["--production", "--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+        (["--web-workers", "0"], "--web-workers and --threads must be 1 or more"),
+        # The production stack refuses a development configuration (DEBUG on).
+        (["--production"], "--production needs DEBUG off"),
+    ],
+)
+def test_serve_refuses_options_that_do_not_fit_and_starts_nothing(args, message, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "GANTRY_ENV")}
+    env.update(GANTRY_DATA_DIR=str(tmp_path), DEBUG="true")
+    result = subprocess.run(
+        [sys.executable, "manage.py", "serve", "--port", str(free_port()), *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Gantry is up" not in result.stdout

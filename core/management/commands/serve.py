@@ -136,11 +136,11 @@ class Command(BaseCommand):
                 shutil.rmtree(run_dir, ignore_errors=True)
 
     def start_production(self, children, python, host, port, web_workers, threads, tls_cert, tls_key):
+        if settings.DEBUG:
+            raise CommandError("--production needs DEBUG off (GANTRY_ENV=production).")
         nginx = nginx_binary()
         if not nginx:
             raise CommandError("--production needs nginx (apt-get install nginx).")
-        if settings.DEBUG:
-            raise CommandError("--production needs DEBUG off (GANTRY_ENV=production).")
         # Sockets, nginx's pid and buffers. 0711: nginx's workers (another user when the
         # master runs as root) reach the sockets and the buffer folders nginx makes them.
         run_dir = Path(tempfile.mkdtemp(prefix="gantry-serve-"))
