@@ -7,6 +7,11 @@ STAMP := $(VENV)/.installed
 # The second test pass runs on PostgreSQL + Redis (the production stack).
 PG_URL ?= postgres://postgres@127.0.0.1:5432/gantry
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
+# Both passes run in parallel (pytest-xdist), one worker per core. Each worker has its own
+# test database (pytest-django) and Redis database (config/settings.py); tests sharing a
+# costly fixture (Ceph, a module's servers) are grouped onto one worker (tests/conftest.py).
+TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: run test test-sqlite test-postgres lint bench install clean
 
@@ -31,7 +36,7 @@ lint: $(STAMP)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
 test-sqlite: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # PostgreSQL and Redis are installed and started from Debian's packages where this runs as
 # root (platform/dev/services-up); elsewhere the pass is skipped with a notice where they
@@ -40,7 +45,7 @@ test-postgres: $(STAMP)
 	@if ! $(BIN)/python tests/services_up.py 2>/dev/null && [ "$$(id -u)" = 0 ]; then \
 		platform/dev/services-up || true; fi
 	@if $(BIN)/python tests/services_up.py; then \
-		DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/python -m pytest $(PYTEST_ARGS); \
+		DATABASE_URL=$(PG_URL) REDIS_URL=$(REDIS_TEST_URL) $(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS); \
 	elif [ "$$CI" = "true" ]; then echo "PostgreSQL/Redis not reachable and CI=true"; exit 1; \
 	else echo "PostgreSQL/Redis not reachable: skipped the PostgreSQL + Redis pass"; fi
 

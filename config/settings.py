@@ -10,6 +10,7 @@ message naming the variable (see `_fail`).
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -200,12 +201,33 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = _get("str", "REDIS_URL", "")
 if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     _fail("REDIS_URL", "must start with redis://, rediss:// or unix://")
+if REDIS_URL:
+    _redis = urlsplit(REDIS_URL)
+    _redis_query = dict(parse_qsl(_redis.query))
+    REDIS_DB = int(_redis_query.get("db") or (_redis.path.strip("/") if _redis.scheme != "unix" else "") or 0)
+    if os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw") and not os.environ.get(
+        "GANTRY_TEST_WORKER_REDIS"
+    ):
+        # Test runs in parallel (pytest-xdist) share one Redis server: each worker takes
+        # a database of its own, counting down from REDIS_URL's (the tests clear theirs).
+        # The servers and workers a test starts inherit the worker's, not a second shift.
+        REDIS_DB -= int(os.environ["PYTEST_XDIST_WORKER"][2:])
+        if REDIS_DB < 0:
+            _fail("REDIS_URL", "too few Redis databases below it for this many test workers")
+        _redis_query["db"] = str(REDIS_DB)
+        REDIS_URL = urlunsplit(
+            _redis._replace(path=_redis.path if _redis.scheme == "unix" else "", query=urlencode(_redis_query))
+        )
+        os.environ["REDIS_URL"] = os.environ["GANTRY_TEST_WORKER_REDIS"] = REDIS_URL
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # Pub/sub ignores the database number: the prefix carries it, so Gantrys (or
+            # parallel test workers) on one Redis server in different databases never
+            # hear each other's groups (job ids repeat across their databases).
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"gantry{REDIS_DB}"},
         }
     }
     CACHES = {

@@ -28,6 +28,24 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+def pytest_itemcollected(item):
+    """Under pytest-xdist (`make test`: --dist loadgroup) a test runs in any worker, and
+    each worker starts the fixtures it needs for itself. Tests sharing a fixture that is
+    costly to start run in one worker, which starts it once: a module's (a JupyterLab, a
+    trained model) per module, and Ceph (a monitor, an OSD, a gateway) for the session."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures is None:
+        return
+    if "ceph" in fixtures.names_closure:
+        item.add_marker(pytest.mark.xdist_group("ceph"))
+    elif any(
+        d.scope in ("module", "class") and d.baseid.startswith("tests")  # ours, not plugins'
+        for defs in fixtures.name2fixturedefs.values()
+        for d in defs
+    ):
+        item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 def service_required(name: str, reachable: bool):
     """Under CI a missing service is a failure, never a skip."""
     if reachable:
