@@ -61,6 +61,7 @@ class ClusterOverviewView(GantryView):
     permission_action = AUTHENTICATED
 
     def get(self, request):
+        from jobs.backends.sandbox import isolation_notice
         from jobs.services import usage_by_tenant
 
         nodes = backend_nodes()
@@ -91,6 +92,7 @@ class ClusterOverviewView(GantryView):
                 "cluster_gpus": cluster_gpus,
                 "machines": machines,
                 "machine_problems": machine_problems,
+                "isolation_notice": isolation_notice(),
             },
         )
 

@@ -6,8 +6,8 @@ with ``bwrap`` (run as root, no user namespace) making new mount, PID, IPC and U
 namespaces, then ``setpriv`` dropping to the job's own uid/gid with no capabilities,
 an empty bounding set and ``no_new_privs``. Inside it sees:
 
-* its working directory, writable, at the same path as outside (so paths such as
-  GANTRY_OUTPUTS_DIR need no translation) — except ``.gantry`` (the executor's state),
+* its working directory, writable, at /job (paths the executor hands over, such as
+  GANTRY_OUTPUTS_DIR, are translated) — except ``.gantry`` (the executor's state),
   read-only and a mount point the job cannot rename, with the metrics file writable;
 * the runtime and the configured read-only paths, read-only;
 * /usr and the /etc files programs need (not /etc/shadow, not ssh keys);
@@ -31,6 +31,8 @@ import stat
 from typing import Any
 
 SPEC_ENV = "GANTRY_SANDBOX"
+# Where the workdir appears inside: a neutral path, so nothing of the host's layout shows.
+WORKDIR = "/job"
 # Where the executor package (log_metric, preemption_requested) appears inside.
 PYTHONPATH = "/run/gantry/python"
 
@@ -173,9 +175,9 @@ def bwrap_argv(
     m.add("--ro-bind", executor_package, PYTHONPATH + "/executor")
     # Later mounts cover earlier ones: the workdir over any read-only parent, then
     # the executor's state read-only over the workdir, then the metrics file writable.
-    m.add("--bind", workdir, workdir)
-    m.add("--ro-bind", state_dir, state_dir)
-    m.add("--bind", metrics_file, metrics_file)
+    m.add("--bind", workdir, WORKDIR)
+    m.add("--ro-bind", state_dir, inside(state_dir, workdir))
+    m.add("--bind", metrics_file, inside(metrics_file, workdir))
     uid, gid = str(spec["uid"]), str(spec["gid"])
     return [
         spec["bwrap"],
@@ -186,7 +188,7 @@ def bwrap_argv(
         "--die-with-parent",
         *m.args,
         "--chdir",
-        workdir,
+        WORKDIR,
         "--",
         spec["setpriv"],
         f"--reuid={uid}",
@@ -200,13 +202,30 @@ def bwrap_argv(
     ]
 
 
+def inside(path: str, workdir: str) -> str:
+    """Where a path in the workdir appears inside the sandbox."""
+    rel = os.path.relpath(path, workdir)
+    if rel == ".":
+        return WORKDIR
+    if rel.startswith(".."):
+        raise ValueError(f"{path} is not in the workdir {workdir}")
+    return WORKDIR + "/" + rel
+
+
+# Paths the executor hands to the command; inside they are under WORKDIR.
+PATH_VARS = ("GANTRY_OUTPUTS_DIR", "GANTRY_METRICS_FILE", "GANTRY_PREEMPT_FILE")
+
+
 def sandbox_env(env: dict[str, str], spec_env: dict[str, Any], workdir: str) -> dict[str, str]:
     """The command's environment inside: a home in the workdir, its own /tmp, the
     executor helpers on PYTHONPATH (unless the job set its own), no platform paths."""
     env = dict(env)
     for name in ("GANTRY_CACHE_DIR", "GANTRY_CACHE_MAX_BYTES", "GANTRY_FINAL_FLUSH_SECONDS"):
         env.pop(name, None)
-    env.update({"HOME": workdir, "TMPDIR": "/tmp", "USER": "gantry-job", "LOGNAME": "gantry-job"})
+    for name in PATH_VARS:
+        if name in env:
+            env[name] = inside(env[name], workdir)
+    env.update({"HOME": WORKDIR, "TMPDIR": "/tmp", "USER": "gantry-job", "LOGNAME": "gantry-job"})
     if "PYTHONPATH" not in spec_env:
         env["PYTHONPATH"] = PYTHONPATH
     return env

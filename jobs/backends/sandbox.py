@@ -209,6 +209,24 @@ def worker_sandbox(job, interpreter: str, gpu_indices: list[int], shm: Path | No
     return json.dumps(spec)
 
 
+def isolation_notice() -> str | None:
+    """For the cluster page: what is not isolated here, in plain words, or None."""
+    if settings.GANTRY_JOB_BACKEND != "local":
+        return None
+    status = sandbox_status()
+    if status.available:
+        return None
+    then = (
+        "GANTRY_ALLOW_UNISOLATED_JOBS=true lets every tenant's jobs run anyway."
+        if settings.GANTRY_ALLOW_UNISOLATED_JOBS
+        else "So jobs of one tenant only are accepted."
+    )
+    return (
+        f"Jobs on this machine are not isolated: {status.reason}. A job can read Gantry's "
+        f"data and other jobs' files. {then}"
+    )
+
+
 def isolation_refusal(project, exclude_job=None) -> str | None:
     """Why a job of `project` may not run unsandboxed, or None.
 

@@ -95,24 +95,46 @@ def test_timeout_stops_the_job_as_timed_out(running_jobs, owner, project):
     assert "timed out after 1 s" in job.state_reason
 
 
+def group_members(pgid):
+    """Host pids of the processes in a process group (a sandboxed job's included)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+                members.append(int(entry))
+    return members
+
+
+def started(job, name="started"):
+    """The job's worker 0 wrote `name` into its working directory (the only place a
+    sandboxed job can write)."""
+    worker = JobWorker.objects.get(job=job, rank=0)
+    return bool(worker.workdir) and os.path.exists(os.path.join(worker.workdir, name))
+
+
 def test_cancel_kills_the_whole_process_group(running_jobs, owner, project, tmp_path):
-    pid_file = tmp_path / "grandchild.pid"
     parent = script(
         tmp_path,
         "parent.py",
-        f"""
+        """
         import subprocess, time
         child = subprocess.Popen(["sleep", "300"])
-        open({str(pid_file)!r}, "w").write(str(child.pid))
-        print("ready", flush=True)
+        open("started", "w").close()
         time.sleep(300)
         """,
     )
     job = submit(owner, project, command=f"python {parent}")
     wait_for(job, "running")
-    wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the grandchild")
-    grandchild = int(pid_file.read_text())
-    assert process_start_time(grandchild) is not None
+    wait_until(lambda: started(job), what="the grandchild")
+    worker = JobWorker.objects.get(job=job)
+    wait_until(lambda: worker.refresh_from_db() or worker.child_pid, what="the child's pid")
+    group = group_members(worker.child_pid)
+    assert len(group) >= 2  # the command and its grandchild (and the sandbox around them)
 
     services.cancel_job(owner, job)
     job.refresh_from_db()
@@ -120,12 +142,15 @@ def test_cancel_kills_the_whole_process_group(running_jobs, owner, project, tmp_
     wait_for(job, "cancelled", "failed", "succeeded")
     assert job.state == "cancelled"
     assert job.state_reason == f"cancelled by {owner.username}"
-    wait_until(lambda: process_start_time(grandchild) is None, what="the grandchild to die")
+    wait_until(
+        lambda: all(process_start_time(pid) is None for pid in group),
+        what="every process of the group to die",
+    )
 
 
 def test_killed_executor_is_lost_then_retried(running_jobs, owner, project, tmp_path, settings):
     settings.GANTRY_HEARTBEAT_TIMEOUT_SECONDS = 5
-    marker = tmp_path / "first-attempt"
+    marker = tmp_path / "first-attempt"  # written by the test: jobs may read tmp_path
     flaky = script(
         tmp_path,
         "flaky.py",
@@ -134,13 +159,14 @@ def test_killed_executor_is_lost_then_retried(running_jobs, owner, project, tmp_
         if os.path.exists({str(marker)!r}):
             print("second attempt")
         else:
-            open({str(marker)!r}, "w").close()
+            open("started", "w").close()
             time.sleep(300)
         """,
     )
     job = submit(owner, project, command=f"python {flaky}", max_retries=1)
     wait_for(job, "running")
-    wait_until(marker.exists, what="the first attempt")
+    wait_until(lambda: started(job), what="the first attempt")
+    marker.touch()
     worker = JobWorker.objects.get(job=job)
     os.kill(worker.pid, signal.SIGKILL)
 

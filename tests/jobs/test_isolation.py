@@ -1,0 +1,394 @@
+"""Tenants' jobs cannot reach each other or Gantry on the local backend (issue 18).
+
+An adversarial job of tenant B, run sandboxed next to a running job and a running
+notebook of tenant A, tries every read, write and signal an attacker tried against the
+unsandboxed backend; each attempt goes into a JSON report among its outputs, and every
+one must have been refused. Real processes throughout: the live server, executors,
+bubblewrap, JupyterLab.
+"""
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+
+from jobs import services
+from jobs.backends import sandbox
+from jobs.backends.local import process_start_time
+from jobs.models import Artifact, JobWorker
+from jobs.queries import log_lines
+from tests.conftest import service_required
+from tests.jobs.conftest import wait_for, wait_until
+
+pytestmark = pytest.mark.slow
+
+ADVERSARY = r"""
+import json, os, signal, socket, sys, urllib.request
+
+targets = json.load(open(sys.argv[1]))
+report = []
+
+
+def attempt(name, action):
+    try:
+        result = action()
+    except Exception as exc:  # refused: what we want
+        report.append({"name": name, "outcome": "refused", "detail": repr(exc)[:300]})
+        return
+    report.append({"name": name, "outcome": "succeeded", "detail": repr(result)[:300]})
+
+
+def read(path):
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+for name, path in targets["reads"].items():
+    attempt("read " + name, lambda path=path: read(path))
+for name, path in targets["lists"].items():
+    attempt("list " + name, lambda path=path: os.listdir(path))
+for name, pid in targets["environs"].items():
+    attempt("environ of " + name, lambda pid=pid: read(f"/proc/{pid}/environ"))
+for name, path in targets["writes"].items():
+    attempt("write " + name, lambda path=path: open(path, "w").write("pwned"))
+for name, pid in targets["kills"].items():
+    attempt("SIGKILL " + name, lambda pid=pid: os.kill(pid, signal.SIGKILL))
+    attempt("SIGKILL group of " + name, lambda pid=pid: os.killpg(pid, signal.SIGKILL))
+for name, pid in targets["probes"].items():  # signal 0: would it be allowed?
+    attempt("signal " + name, lambda pid=pid: os.kill(pid, 0))
+attempt("SIGSTOP the notebook server", lambda: os.kill(targets["notebook_pid"], signal.SIGSTOP))
+
+
+def notebook_without_token():
+    url = f"http://127.0.0.1:{targets['notebook_port']}{targets['notebook_base']}api/sessions"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, response.read()[:100]
+
+
+attempt("use the notebook's API without its token", notebook_without_token)
+own = os.path.join(os.environ["GANTRY_OUTPUTS_DIR"], "report.json")
+with open(own, "w") as fh:
+    json.dump(report, fh, indent=1)
+print(f"{len(report)} attempts, {sum(r['outcome'] == 'refused' for r in report)} refused")
+"""
+
+VICTIM = """
+import os, time
+with open(os.path.join(os.environ["GANTRY_OUTPUTS_DIR"], "weights.bin"), "w") as fh:
+    fh.write({marker!r})
+open("ready", "w").close()
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def sandboxed(job_settings, tmp_path):
+    status = sandbox.sandbox_status()
+    service_required(f"the job sandbox ({status.reason})", status.available)
+    # Gantry's data directory (secret key, blob cache) beside the test's, not the checkout's.
+    data = tmp_path.parent / f"{tmp_path.name}-data"
+    data.mkdir(parents=True, exist_ok=True)
+    job_settings.DATA_DIR = data
+    return job_settings
+
+
+def worker_of(job, rank=0):
+    return JobWorker.objects.get(job=job, rank=rank)
+
+
+def in_workdir(job, name):
+    worker = worker_of(job)
+    return bool(worker.workdir) and os.path.exists(os.path.join(worker.workdir, name))
+
+
+def status_of(pid):
+    fields = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            fields[key] = value.split()
+    return fields
+
+
+def test_a_sandboxed_job_runs_as_its_own_user_in_its_own_namespaces(
+    sandboxed, running_jobs, owner, project, tmp_path
+):
+    waiter = tmp_path / "wait.py"
+    waiter.write_text("import os, time\nopen('ready', 'w').close()\ntime.sleep(600)\n")
+    job = services.submit_job(owner, project, name="w", command=f"python {waiter}")
+    wait_for(job, "running")
+    wait_until(lambda: in_workdir(job, "ready"), what="the job to start")
+    worker = worker_of(job)
+    wait_until(lambda: worker.refresh_from_db() or worker.child_pid, what="the child's pid")
+    pids = [
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit() and process_start_time(int(p)) and _pgid(int(p)) == worker.child_pid
+    ]
+    python = [p for p in pids if _cmdline(p).split(" ")[0].rsplit("/", 1)[-1].startswith("python")]
+    assert python, pids
+    seen = status_of(python[0])
+    uid = sandbox.job_uid(job)
+    # Real, effective, saved and filesystem uid: the job's own, seen from outside.
+    assert seen["Uid"] == [str(uid)] * 4 and seen["Gid"] == [str(uid)] * 4
+    assert uid != os.getuid()
+    assert seen["CapEff"] == ["0000000000000000"] and seen["CapBnd"] == ["0000000000000000"]
+    assert seen["NoNewPrivs"] == ["1"]
+    assert len(seen["NSpid"]) == 2  # a PID namespace of its own
+    assert os.readlink(f"/proc/{python[0]}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+    # Its workdir is its own; the executor's state stays root's.
+    workdir = Path(worker.workdir)
+    assert workdir.stat().st_uid == uid
+    assert (workdir / ".gantry").stat().st_uid == 0
+    services.cancel_job(owner, job)
+    wait_for(job, "cancelled")
+
+
+def _pgid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
+    sandboxed, running_jobs, owner, project, outsider, other_project, tmp_path
+):
+    settings = sandboxed
+    # --- tenant A's data at rest: a dataset blob, a model file, Gantry's secret key ---
+    blob = b"tenant A dataset " + secrets.token_hex(8).encode()
+    blob_name = default_storage.save("blobs/ab/" + "ab" * 32, ContentFile(blob))
+    model = b"tenant A model " + secrets.token_hex(8).encode()
+    model_name = default_storage.save("models/a/model.pt", ContentFile(model))
+    key = secrets.token_hex(32)
+    key_file = Path(settings.DATA_DIR) / "secret_key"
+    key_file.write_text(key)
+    cache = Path(settings.DATA_DIR) / "cache" / "blobs" / "ab"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / ("ab" * 32)).write_bytes(blob)
+    storage = Path(default_storage.path(""))
+
+    # --- tenant A's running work: a train job and a notebook ---
+    marker = "tenant A weights " + secrets.token_hex(8)
+    victim_py = tmp_path / "victim.py"
+    victim_py.write_text(VICTIM.format(marker=marker))
+    victim = services.submit_job(owner, project, name="victim", command=f"python {victim_py}")
+    notebook = services.submit_job(owner, project, kind="notebook", name="lab")
+    wait_for(victim, "running")
+    wait_for(notebook, "running")
+    wait_until(lambda: in_workdir(victim, "ready"), what="tenant A's job")
+    victim_worker, lab = worker_of(victim), worker_of(notebook)
+    wait_until(
+        lambda: (
+            victim_worker.refresh_from_db()
+            or lab.refresh_from_db()
+            or (victim_worker.child_pid and lab.child_pid)
+        ),
+        what="tenant A's commands",
+    )
+    lab_url = f"http://127.0.0.1:{lab.port}/jobs/{notebook.pk}/lab/api/status"
+    wait_until(lambda: _get(lab_url, lab.notebook_token) == 200, what="JupyterLab")
+
+    # A stand-in for the django-q worker: a process with Gantry's environment.
+    worker_secret = "postgres://gantry:" + secrets.token_hex(8) + "@127.0.0.1/gantry"
+    qworker = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        env={**os.environ, "DATABASE_URL": worker_secret},
+    )
+    try:
+        victim_dir = Path(victim_worker.workdir)
+        targets = {
+            "reads": {
+                "A's dataset blob in storage": str(storage / blob_name),
+                "A's dataset blob in the machine's input cache": str(cache / ("ab" * 32)),
+                "A's model file": str(storage / model_name),
+                "A's job output in its workdir": str(victim_dir / "outputs" / "weights.bin"),
+                "Gantry's secret key": str(key_file),
+                "Gantry's database": str(Path(settings.DATA_DIR) / "gantry.sqlite3"),
+                "Gantry's code": str(Path(settings.BASE_DIR) / "config" / "settings.py"),
+            },
+            "lists": {
+                "Gantry's data directory": str(settings.DATA_DIR),
+                "the jobs' workdirs": str(settings.GANTRY_JOBS_DIR),
+                "A's workdir": str(victim_dir),
+                "A's notebook's workdir": str(lab.workdir),
+                "file storage": str(storage),
+                "A's notebook's Jupyter runtime (tokens)": str(
+                    Path(lab.workdir) / ".local" / "share" / "jupyter" / "runtime"
+                ),
+            },
+            "environs": {
+                "the web process": os.getpid(),
+                "the django-q worker": qworker.pid,
+                "A's executor": victim_worker.pid,
+                "A's job": victim_worker.child_pid,
+                "A's notebook server": lab.child_pid,
+            },
+            "writes": {
+                "into Gantry's data directory": str(Path(settings.DATA_DIR) / "pwned"),
+                "into A's workdir": str(victim_dir / "pwned"),
+                "into file storage": str(storage / "pwned"),
+                "into the jobs' directory": str(Path(settings.GANTRY_JOBS_DIR) / "pwned"),
+                "into its own scripts (read-only)": str(tmp_path / "pwned"),
+                "into the runtime": str(Path(sys.prefix) / "pwned"),
+                "into /usr": "/usr/pwned",
+                "into /etc": "/etc/pwned",
+            },
+            "kills": {"A's job": victim_worker.child_pid, "A's executor": victim_worker.pid},
+            "probes": {"the web process": os.getpid(), "the django-q worker": qworker.pid},
+            "notebook_pid": lab.child_pid,
+            "notebook_port": lab.port,
+            "notebook_base": f"/jobs/{notebook.pk}/lab/",
+        }
+        (tmp_path / "targets.json").write_text(json.dumps(targets))
+        adversary = tmp_path / "adversary.py"
+        adversary.write_text(textwrap.dedent(ADVERSARY))
+
+        attack = services.submit_job(
+            outsider,
+            other_project,
+            name="adversary",
+            command=f"python {adversary} {tmp_path / 'targets.json'}",
+        )
+        wait_for(attack, "succeeded", "failed")
+        assert attack.state == "succeeded", (
+            attack.state_reason,
+            [ln["text"] for ln in log_lines(attack)][-15:],
+        )
+        report = json.loads(Artifact.objects.get(job=attack, path="report.json").file.read())
+        succeeded = [r for r in report if r["outcome"] != "refused"]
+        assert succeeded == [], json.dumps(succeeded, indent=1)
+        expected = (
+            len(targets["reads"])
+            + len(targets["lists"])
+            + len(targets["environs"])
+            + len(targets["writes"])
+            + 2 * len(targets["kills"])
+            + len(targets["probes"])
+            + 2
+        )
+        assert len(report) == expected
+        text = json.dumps(report)
+        for secret in (blob.decode(), model.decode(), key, marker, worker_secret):
+            assert secret not in text
+        assert lab.notebook_token not in text
+
+        # Nothing was written outside its workdir, and tenant A's work runs on.
+        for path in targets["writes"].values():
+            assert not os.path.exists(path), path
+        assert process_start_time(victim_worker.pid) == victim_worker.pid_start_time
+        assert process_start_time(victim_worker.child_pid) == victim_worker.child_start_time
+        assert status_of(lab.child_pid)["State"][0] != "T"  # not stopped
+        assert _get(lab_url, lab.notebook_token) == 200
+        victim.refresh_from_db()
+        assert victim.state == "running"
+        assert (victim_dir / "outputs" / "weights.bin").read_text() == marker
+    finally:
+        qworker.kill()
+        qworker.wait()
+    services.cancel_job(owner, victim)
+    services.cancel_job(owner, notebook)
+    wait_for(victim, "cancelled")
+    wait_for(notebook, "cancelled")
+
+
+def _get(url, token):
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+# --- without a sandbox ---------------------------------------------------------------
+
+
+@pytest.fixture
+def unisolated(settings):
+    settings.GANTRY_SANDBOX = "off"
+    settings.GANTRY_JOB_BACKEND = "local"
+    return settings
+
+
+def test_without_a_sandbox_a_second_tenants_job_is_refused_with_the_reason(
+    unisolated, owner, project, outsider, other_project
+):
+    from django.core.exceptions import ValidationError
+
+    from jobs.models import Job
+
+    first = services.submit_job(owner, project, name="a", command="python -c pass")
+    assert first.state == "queued"  # one tenant: allowed
+    with pytest.raises(ValidationError) as refused:
+        services.submit_job(outsider, other_project, name="b", command="python -c pass")
+    message = " ".join(refused.value.messages)
+    assert "run without isolation" in message
+    assert "the sandbox is turned off (GANTRY_SANDBOX=off)" in message
+    assert "GANTRY_ALLOW_UNISOLATED_JOBS=true" in message
+    assert project.tenant.name not in message  # the other tenant is not named
+    assert not Job.objects.filter(project=other_project).exists()
+
+    unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = True
+    accepted = services.submit_job(outsider, other_project, name="b", command="python -c pass")
+    assert accepted.state == "queued"
+
+
+def test_without_a_sandbox_launch_refuses_a_queued_job_of_a_second_tenant(
+    unisolated, owner, project, outsider, other_project, job_settings
+):
+    """A job queued while the sandbox worked, launched after it stopped working."""
+    unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = True
+    services.submit_job(owner, project, name="a", command="python -c pass")
+    late = services.submit_job(outsider, other_project, name="b", command="python -c pass")
+    unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = False
+    from jobs import tasks
+
+    tasks.admit_and_launch()
+    late.refresh_from_db()
+    assert late.state == "failed"
+    assert "run without isolation" in late.state_reason
+
+
+def test_system_check_warns_in_plain_words_when_jobs_cannot_be_isolated(unisolated):
+    problems = sandbox.check_sandbox()
+    assert [p.id for p in problems] == ["jobs.W020"]
+    assert "Jobs run without isolation" in problems[0].msg
+    assert "GANTRY_SANDBOX=off" in problems[0].msg
+
+    unisolated.GANTRY_SANDBOX = "required"
+    unisolated.GANTRY_JOB_READ_ONLY_PATHS = [str(unisolated.DATA_DIR)]
+    sandbox._probe.cache_clear()
+    ids = sorted(p.id for p in sandbox.check_sandbox())
+    if sandbox.sandbox_status().available:
+        assert ids == ["jobs.E020"]  # the data directory may never be shown to jobs
+    else:
+        assert ids == ["jobs.E020", "jobs.E021"]
+
+
+def test_cluster_page_says_when_jobs_are_not_isolated(unisolated, client_for, owner, tenant):
+    client = client_for(owner)
+    from django.urls import reverse
+
+    page = client.get(reverse("cluster:overview")).content.decode()
+    assert "Jobs on this machine are not isolated" in page
+    assert "the sandbox is turned off (GANTRY_SANDBOX=off)" in page
