@@ -329,11 +329,14 @@ class KubeCluster:
         return client.ApiClient(cfg)
 
     def add_nodes(self) -> None:
+        """Create the GPU nodes that are not there; wait until all are Ready, untainted."""
         from kubernetes import client
 
         core = client.CoreV1Api(self.client())
+        present = {n.metadata.name for n in core.list_node().items}
         for name, gpus, model in self.nodes:
-            core.create_node(gpu_node(name, gpus, model))
+            if name not in present:
+                core.create_node(gpu_node(name, gpus, model))
 
         def ready() -> bool:
             nodes = core.list_node().items

@@ -152,14 +152,26 @@ class Gantry:
         self.watches = watches_for(self.backend, self.ref)
         for watch in self.watches:
             watch.timeout_seconds = 1
-        self.seen: list[tuple[str, str]] = []
+        self.failures: list[str] = []
 
-    def pump(self, until, what: str, timeout: float = WAIT):
-        """Run the pod and Job watches until `until()` is true."""
+    def pump(self, until, what: str, timeout: float = WAIT, reconcile=None):
+        """Run the pod and Job watches until `until()` is true, as `manage.py k8s_watch`
+        does (a watch that fails is started again); with `reconcile` (a job), also the
+        reconcile task's look at it."""
+        from jobs import services
+
         deadline = time.monotonic() + timeout
         while True:
             for watch in self.watches:
-                watch.watch_once()
+                try:
+                    watch.watch_once()
+                except Exception as exc:  # the API server away: ResourceWatch.run retries
+                    self.failures.append(repr(exc))
+                    time.sleep(0.5)
+            if reconcile is not None:
+                reconcile.refresh_from_db()
+                if not reconcile.is_terminal:
+                    services.reconcile_job(reconcile)
             result = until()
             if result:
                 return result
@@ -180,6 +192,37 @@ class Gantry:
         job.refresh_from_db()
         assert job.state == "starting", job.state_reason
         return job
+
+    def relaunch(self, job):
+        """The admission and launch tasks take a retried job's next attempt."""
+        from jobs import services
+        from jobs.admission import admission_pass
+
+        job.refresh_from_db()
+        assert job.state == "queued", job.state_reason
+        admission_pass()
+        job.refresh_from_db()
+        assert services.launch_job(job), job.state_reason
+        job.refresh_from_db()
+        return job
+
+    def running(self, job, ranks=(0,)):
+        """Its pods Running and its executors started: the job runs."""
+        pods = self.pump(
+            lambda: (p := self.admin.pods(job))
+            and len(p) == len(ranks)
+            and all(x.status.phase == "Running" for x in p)
+            and p,
+            "pods Running",
+        )
+        for rank in ranks:
+            self.executor(job, rank)
+        job.refresh_from_db()
+        assert job.state == "running", job.state_reason
+        return pods
+
+    def ended(self, job, **kw):
+        return self.pump(lambda: (job.refresh_from_db(), job.is_terminal)[1], "job ends", **kw)
 
     def executor(self, job, rank: int, event: str = "started", **body):
         """What the executor in the pod sends first: GET its spec, POST `started`."""
@@ -464,3 +507,209 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
     assert f"the image {UNPULLABLE} cannot be pulled" in job.state_reason
     assert "ImagePullBackOff" in job.state_reason or "Back-off pulling" in job.state_reason
     gantry.pump(lambda: not admin.pods(job), "pods gone")
+
+
+# --- 4. quota and limits ----------------------------------------------------------------
+
+
+def blocker_pod(ns: str, gpus: int) -> dict:
+    """A pod Gantry did not make (`kubectl run` in the tenant's namespace)."""
+    amounts = {"nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "outside-gantry", "namespace": ns},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"limits": amounts}}
+            ]
+        },
+    }
+
+
+def test_a_quota_refusal_shows_the_real_message_and_the_job_runs_once_it_frees(
+    gantry, admin, tenant_project, owner
+):
+    from cluster.models import TenantQuota
+
+    tenant, project = tenant_project
+    TenantQuota.objects.create(tenant=tenant, guaranteed_gpus=2)
+    ns = gantry.backend.ensure_tenant(gantry.backend.connection(gantry.ref), tenant)
+    # Someone's own pod holds the namespace quota's 2 GPUs; Gantry's admission does not
+    # know it, so it admits a 1-GPU job, and the cluster refuses its pod.
+    admin.core.create_namespaced_pod(ns, blocker_pod(ns, 2))
+    job = gantry.submit(owner, project, gpus=1)
+    gantry.pump(
+        lambda: (job.refresh_from_db(), "exceeded quota" in job.state_reason)[1],
+        "the quota refusal shown",
+        reconcile=job,
+    )
+    assert job.state == "starting"
+    assert job.state_reason.startswith(
+        "waiting: the cluster refuses to create its pods, the namespace's ResourceQuota is used up"
+    )
+    assert "exceeded quota: gantry-quota" in job.state_reason
+    assert "requested: requests.nvidia.com/gpu=1" in job.state_reason
+    assert "limited: requests.nvidia.com/gpu=2" in job.state_reason
+    event = admin.core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={m.workload_name(job.pk, 1)},reason=FailedCreate"
+    ).items[0]
+    assert "exceeded quota" in event.message  # the Job controller's own words
+    # Capacity frees: the Job controller's next try creates the pod, and the job runs.
+    admin.core.delete_namespaced_pod("outside-gantry", ns)
+    (pod,) = gantry.running(job)
+    assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    admin.exit(pod, 0)
+    gantry.ended(job)
+    assert job.state == "succeeded", job.state_reason
+
+
+def test_a_limitrange_violation_fails_the_attempt_at_once(gantry, admin, tenant_project, owner):
+    tenant, project = tenant_project
+    ns = gantry.backend.ensure_tenant(gantry.backend.connection(gantry.ref), tenant)
+    # The cluster's operator caps containers at 4 GiB in this namespace.
+    admin.core.create_namespaced_limit_range(
+        ns,
+        {
+            "metadata": {"name": "site-limits"},
+            "spec": {"limits": [{"type": "Container", "max": {"memory": "4Gi"}}]},
+        },
+    )
+    job = gantry.submit(owner, project, memory_mb=8192)
+    gantry.ended(job)
+    assert job.state == "failed"
+    assert "the cluster refused to create its pods: they break the namespace's LimitRange" in (
+        job.state_reason
+    )
+    assert "maximum memory usage per Container is 4Gi, but limit is 8Gi" in job.state_reason
+    assert gantry.states(job) == ["queued", "admitted", "starting", "failed"]
+    gantry.pump(
+        lambda: not admin.batch.list_namespaced_job(ns).items, "the refused Job deleted"
+    )
+
+
+# --- 5. disruption and cancel ------------------------------------------------------------
+
+
+def test_an_evicted_pod_ends_the_attempt_as_lost_and_the_job_is_retried(
+    gantry, admin, tenant_project, owner
+):
+    _, project = tenant_project
+    job = gantry.submit(owner, project, gpus=1, max_retries=1)
+    (pod,) = gantry.running(job)
+    admin.core.create_namespaced_pod_eviction(
+        pod.metadata.name,
+        pod.metadata.namespace,
+        {"metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace}},
+    )
+    gantry.pump(lambda: (job.refresh_from_db(), job.attempt == 2)[1], "a second attempt")
+    assert job.state == "queued"
+    assert job.state_reason.startswith("attempt 1 lost (stopped by the cluster (EvictionByEvictionAPI")
+    assert job.state_reason.endswith("retrying, 2 of 2")
+    gantry.relaunch(job)
+    (pod,) = gantry.running(job)
+    assert pod.metadata.labels[m.LABEL_ATTEMPT] == "2"
+    admin.exit(pod, 0)
+    gantry.ended(job)
+    assert job.state == "succeeded", job.state_reason
+    assert gantry.states(job) == [
+        "queued", "admitted", "starting", "running", "queued",
+        "admitted", "starting", "running", "succeeded",
+    ]  # fmt: skip
+
+
+def test_a_node_deleted_under_a_running_job_loses_the_attempt_and_it_is_retried(
+    gantry, admin, tenant_project, owner, kube
+):
+    _, project = tenant_project
+    job = gantry.submit(owner, project, gpus=8, max_retries=1)
+    (pod,) = gantry.running(job)
+    node = pod.spec.node_name
+    try:
+        admin.core.delete_node(node)
+        # The pod garbage collector ends pods bound to a node that is gone (after its
+        # quarantine of about 40 s), as Failed with a DisruptionTarget condition.
+        gantry.pump(
+            lambda: (job.refresh_from_db(), job.attempt == 2)[1], "a second attempt", timeout=240
+        )
+    finally:
+        kube.add_nodes()
+    assert job.state == "queued"
+    assert job.state_reason.startswith("attempt 1 lost (stopped by the cluster (DeletionByPodGC")
+    gantry.relaunch(job)
+    (pod,) = gantry.running(job)
+    admin.exit(pod, 0)
+    gantry.ended(job)
+    assert job.state == "succeeded", job.state_reason
+
+
+def test_cancel_deletes_everything_with_foreground_propagation(
+    gantry, admin, tenant_project, owner
+):
+    from kubernetes.client.exceptions import ApiException
+
+    from jobs import services
+
+    _, project = tenant_project
+    job = gantry.submit(owner, project, kind="distributed", workers=2, gpus=1)
+    gantry.running(job, ranks=(0, 1))
+    ns = m.namespace_name(job.project.tenant.slug)
+    name = m.workload_name(job.pk, 1)
+    services.cancel_job(owner, job)
+    with contextlib.suppress(ApiException):  # or already gone
+        deleting = admin.batch.read_namespaced_job(name, ns)
+        assert deleting.metadata.deletion_timestamp is not None
+        assert "foregroundDeletion" in deleting.metadata.finalizers
+    gantry.ended(job, reconcile=job)
+    assert job.state == "cancelled", job.state_reason
+
+    def gone(read) -> bool:
+        try:
+            read()
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    gantry.pump(
+        lambda: gone(lambda: admin.batch.read_namespaced_job(name, ns))
+        and not admin.pods(job)
+        and gone(lambda: admin.core.read_namespaced_service(name, ns))
+        and gone(lambda: admin.core.read_namespaced_secret(f"{name}-token", ns))
+        and gone(lambda: admin.networking.read_namespaced_network_policy(name, ns)),
+        "the Job, its pods, Service, Secret and gang policy deleted",
+    )
+
+
+# --- 6. resilience -------------------------------------------------------------------------
+
+
+def test_watches_survive_an_api_server_restart_and_lose_nothing(
+    gantry, admin, tenant_project, owner, kube
+):
+    import threading
+
+    _, project = tenant_project
+    job = gantry.submit(owner, project)
+    (pod,) = gantry.running(job)
+    before = [w.relists for w in gantry.watches]
+    pods_watch = gantry.watches[0]
+    pods_watch.timeout_seconds = 60
+
+    def restart_and_finish():
+        time.sleep(1)  # the pod watch below is open by then
+        kube.restart_apiserver()
+        admin.exit(pod, 0)  # the pod ends while Gantry's watches are away
+
+    thread = threading.Thread(target=restart_and_finish)
+    thread.start()
+    try:
+        pods_watch.watch_once()  # ends with the API server
+    except Exception as exc:
+        gantry.failures.append(repr(exc))
+    thread.join()
+    pods_watch.timeout_seconds = 1
+    gantry.ended(job)
+    assert job.state == "succeeded", job.state_reason
+    # Each watch either resumed from its last resourceVersion or, answered 410 Gone,
+    # listed again: the pod's end reached Gantry either way.
+    print("relists", before, [w.relists for w in gantry.watches], "failures", gantry.failures)
