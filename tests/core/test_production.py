@@ -259,3 +259,33 @@ def visit(page, url, problems):
     response = page.goto(url, wait_until="load")
     if response is None or response.status != 200:
         problems.append(f"{url}: {response and response.status}")
+
+
+def test_the_nginx_example_site_is_valid_nginx(tmp_path):
+    """platform/nginx/gantry.conf, with its paths pointed here, passes `nginx -t` inside an
+    http block, as /etc/nginx/nginx.conf includes conf.d/."""
+    from core.management.commands.serve import nginx_binary
+
+    nginx = nginx_binary()
+    service_required("nginx (apt-get install nginx)", nginx is not None)
+    cert, key = self_signed_certificate(tmp_path)
+    site = (ROOT / "platform" / "nginx" / "gantry.conf").read_text()
+    for example, here in [
+        ("/srv/gantry/platform/nginx/", f"{ROOT}/platform/nginx/"),
+        ("/etc/ssl/gantry/fullchain.pem", str(cert)),
+        ("/etc/ssl/gantry/privkey.pem", str(key)),
+    ]:
+        assert example in site
+        site = site.replace(example, here)
+    (tmp_path / "gantry.conf").write_text(site)
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
+        f"http {{\n  client_body_temp_path {tmp_path}/body;\n  proxy_temp_path {tmp_path}/proxy;\n"
+        f"  include {tmp_path}/gantry.conf;\n}}\n"
+    )
+    checked = subprocess.run(
+        [nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert "syntax is ok" in checked.stderr
