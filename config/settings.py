@@ -340,6 +340,7 @@ AXES_USERNAME_CALLABLE = "accounts.lockout.username"
 AXES_CLIENT_IP_CALLABLE = "accounts.lockout.client_ip"
 AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
 AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins: Gantry's audit log has them
+AXES_VERBOSE = False  # a log line per failed sign-in; lockouts are in the audit log
 
 # --- Files ---------------------------------------------------------------
 STATIC_URL = "/static/"

@@ -1277,13 +1277,13 @@ class Page:
 
 
 FORM_PAGES = {
-    # A failed sign-in is recorded in the audit log, on purpose.
+    # A failed sign-in is recorded in the audit log, and counted by the lockout, on purpose.
     "login": Page(
         None,
         lambda w: {"username": "olivia", "password": "pw-olivia"},
         signed_in=False,
         free=("next",),
-        records=("core_auditevent",),
+        records=("core_auditevent", "axes_accessattempt"),
     ),
     "accounts:tenant_add": Page(None, lambda w: {"name": "Probe lab", "slug": "probe-lab"}),
     "accounts:tenant_edit": Page("tenant", lambda w: {"name": "Lab A", "slug": "lab-a"}),
