@@ -96,3 +96,23 @@ def test_a_jobs_metrics_page_through_the_same_pagination(jobs, owner):
     body = api.get(f"/api/v1/jobs/{job.pk}/metrics/?name=loss&page_size=2").json()
     assert body["count"] == 3
     assert [(p["name"], p["step"], p["value"]) for p in body["results"]] == [("loss", 0, 0.0), ("loss", 1, 0.1)]
+
+
+def test_a_project_tokens_job_list_costs_what_a_sessions_does(
+    jobs, owner, project, django_assert_max_num_queries
+):
+    """The token's narrowing is one more condition on the same query, not a query per row."""
+    from accounts import services as account_services
+    from projects import services as project_services
+
+    audio = project_services.create_project(actor=owner, tenant=project.tenant, name="Audio", slug="audio")
+    for n in range(30):
+        services.submit_job(owner, audio, name=f"audio-{n}", command="python -c pass")
+    token, key = account_services.create_api_token(actor=owner, name="vision", scope="read", project=project)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    api.get("/api/v1/jobs/")  # the token's first use writes its last use
+    # token, roles (2), visible project ids, count, page
+    with django_assert_max_num_queries(6):
+        body = api.get("/api/v1/jobs/?page_size=50").json()
+    assert body["count"] == 3 and {row["project"] for row in body["results"]} == {project.pk}
