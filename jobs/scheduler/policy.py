@@ -40,6 +40,7 @@ Policy, in order of application (see ``schedule``):
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -179,8 +180,22 @@ class PolicyConfig:
     preemption: bool = True
     # usage_history (GPU-seconds) / usage_window_s = average GPUs over the decay window.
     usage_window_s: float = 86_400.0
+    # Ranking (see _Ranker): seconds of queue position one second of estimated runtime
+    # costs, up to the cap (a job without an estimate: none) ...
+    runtime_weight: float = 1.0
+    runtime_cap_s: float = 4 * 3600.0
+    # The runtime term fades linearly with the job's age and is gone at this age, so a long
+    # job that has waited this long is ranked by submit time (and fair share) alone.
+    runtime_age_s: float = 4 * 3600.0
+    # ... and seconds of queue position per doubling of a tenant's service over its share.
+    fair_share_s: float = 600.0
     # A running job younger than this is not preempted (limits thrashing).
-    min_runtime_before_preempt_s: float = 0.0
+    min_runtime_before_preempt_s: float = 600.0
+    # A job within its tenant's guarantee reclaims borrowed GPUs only after waiting this long.
+    reclaim_after_wait_s: float = 0.0
+    # Reclaim preempts a borrowed job only if the work it loses (GPU-seconds run) is at most
+    # this times the claimant's GPUs x time waited (inf: any borrowed job).
+    reclaim_work_ratio: float = 0.25
     # Bound on the work spent on preemption searches in one pass.
     max_preemption_attempts: int = 16
 
@@ -563,29 +578,99 @@ class _Victim:
         self.g = rj.request.total_gpus
 
 
-def _rank(snapshot: Snapshot, common: _Common, cfg: PolicyConfig) -> list[JobRequest]:
-    pend = list(snapshot.pending)
-    pend.sort(key=lambda r: (-r.priority, r.submit_time, r.id))
-    if not cfg.fair_share:
-        return pend
-    hist = snapshot.usage_history
-    window = max(cfg.usage_window_s, 1e-9)
-    quotas = common.quotas
-    used_g = common.used_g
-    base: dict[str, float] = {}
-    shares: dict[str, float] = {}
-    keyed = []
-    append = keyed.append
-    for idx, r in enumerate(pend):
+class _Ranker:
+    """The pass order, produced lazily because it depends on this pass's admissions.
+
+    Within a tenant, jobs are ordered by (priority desc, *virtual submit time* =
+    submit time + ``runtime_weight`` x min(estimate, ``runtime_cap_s``) x (1 - age /
+    ``runtime_age_s``), id): a short job is preferred over a long one submitted a little
+    earlier, but never by more than the cap, and the term fades as a job waits, so long jobs
+    age to the front. A job without an estimate gets no runtime term: it is ranked by submit
+    time (and fair share) alone, and it is never backfilled past a reservation. Across tenants the heads of the tenants' queues are
+    merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
+    a tenant's *service* is its attained GPU service (decayed usage over the window + GPUs
+    running now, including jobs admitted earlier in this pass) relative to its share
+    (weight x guaranteed GPUs): a tenant at twice its share is pushed back by
+    ``fair_share_s``, one at half its share is brought forward by it. The number or length
+    of a tenant's *pending* jobs does not count against it. A preempted job is requeued with
+    its original submit time, so it keeps its place.
+    """
+
+    __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain")
+
+    def __init__(
+        self, snapshot: Snapshot, common: _Common, cfg: PolicyConfig, now: float
+    ) -> None:
+        self.cfg = cfg
+        pend = list(snapshot.pending)
+        self.plain = not cfg.fair_share
+        if self.plain:
+            pend.sort(key=lambda r: (-r.priority, r.submit_time, r.id))
+            self.queues = {"": pend}
+            self.pos = {"": 0}
+            self.heap = []
+            return
+        w = cfg.runtime_weight
+        cap = cfg.runtime_cap_s
+        age_limit = cfg.runtime_age_s
+        queues: dict[str, list] = {}
+        for r in pend:
+            est = r.estimated_duration
+            v = r.submit_time
+            age = now - v
+            if est is not None and age < age_limit:
+                v += w * min(est, cap) * (1.0 - age / age_limit)
+            queues.setdefault(r.tenant, []).append((-r.priority, v, r.id, r))
+        for q in queues.values():
+            q.sort(key=lambda x: (x[0], x[1], x[2]))
+        hist = snapshot.usage_history
+        window = max(cfg.usage_window_s, 1e-9)
+        self.service: dict[str, float] = {}
+        self.share: dict[str, float] = {}
+        for t in queues:
+            self.share[t] = _share(common.quotas.get(t))
+            self.service[t] = hist.get(t, 0.0) / window + common.used_g.get(t, 0)
+        self.queues = queues
+        self.pos = dict.fromkeys(queues, 0)
+        self.ver = dict.fromkeys(queues, 0)
+        self.heap: list = []
+        for t in queues:
+            self._push(t)
+
+    def _bonus(self, t: str) -> float:
+        s = self.service[t] / self.share[t]
+        return self.cfg.fair_share_s * math.log2(max(s, 1.0 / 64))
+
+    def _push(self, t: str) -> None:
+        q = self.queues[t]
+        i = self.pos[t]
+        if i < len(q):
+            negp, v, rid, _ = q[i]
+            heapq.heappush(self.heap, (negp, v + self._bonus(t), rid, t, self.ver[t]))
+
+    def __iter__(self):
+        if self.plain:
+            yield from self.queues[""]
+            return
+        heap = self.heap
+        while heap:
+            _, _, _, t, ver = heapq.heappop(heap)
+            if ver != self.ver[t]:
+                continue
+            i = self.pos[t]
+            self.pos[t] = i + 1
+            self.ver[t] += 1
+            yield self.queues[t][i][3]
+            self._push(t)
+
+    def admitted(self, r: JobRequest) -> None:
+        """``r`` (already yielded) was admitted: its tenant's service grows."""
+        if self.plain:
+            return
         t = r.tenant
-        b = base.get(t)
-        if b is None:
-            b = hist.get(t, 0.0) / window + used_g.get(t, 0)
-            shares[t] = _share(quotas.get(t))
-        append((-r.priority, b / shares[t], idx))
-        base[t] = b + r.workers * r.gpus_per_worker
-    keyed.sort()
-    return [pend[k[2]] for k in keyed]
+        self.service[t] += r.total_gpus
+        self.ver[t] += 1
+        self._push(t)
 
 
 def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None) -> Decision:
@@ -594,7 +679,8 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
     common = _Common(snapshot)
     cl = common.cl
     quotas = common.quotas
-    order = _rank(snapshot, common, cfg)
+    ranker = _Ranker(snapshot, common, cfg, now)
+    order: list[JobRequest] = []
     decision = Decision()
     admitted: set[str] = set()
     pre: dict[str, tuple[str, str, float | None]] = {}
@@ -628,8 +714,11 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
         t, p = rj.request.tenant, rj.request.priority
         if p < own_min_prio.get(t, p + 1):
             own_min_prio[t] = p
+    # Victims: lowest priority first, then least work lost (GPUs x time run), so the jobs
+    # that have run longest are the last to lose their progress.
     victims_sorted = sorted(
-        live.values(), key=lambda v: (v.rj.request.priority, -v.rj.start_time, v.rj.request.id)
+        live.values(),
+        key=lambda v: (v.rj.request.priority, v.g * (now - v.rj.start_time), v.rj.request.id),
     )
     preempted: set[str] = set()
     attempts = 0
@@ -658,6 +747,15 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
         t = r.tenant
         q = quotas[t]
         within = common.used_g.get(t, 0) + r.total_gpus <= q.guaranteed_gpus
+        # Reclaiming borrowed capacity waits until the claimant has queued a while: most
+        # borrowed jobs end by themselves in that time, and ending them early wastes work.
+        waited = now - r.submit_time
+        within = within and waited >= cfg.reclaim_after_wait_s
+        # ... and only victims whose lost work (GPU-seconds run) is at most what the claimant
+        # has lost by waiting (times reclaim_work_ratio): the longer it waits, the more it may
+        # take back, but it never throws away more than it gains.
+        ratio = cfg.reclaim_work_ratio
+        max_loss = INF if ratio == INF else ratio * r.total_gpus * max(waited, 0.0)
         cands = []
         avail = cl.free_g
         for v in victims_sorted:
@@ -670,7 +768,9 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
             if vr.tenant == t:
                 ok = vr.priority < r.priority
             elif rid in borrowed_ids:
-                ok = within or vr.priority < r.priority
+                ok = vr.priority < r.priority or (
+                    within and v.g * (now - v.rj.start_time) <= max_loss
+                )
             else:
                 ok = False
             if ok:
@@ -775,7 +875,8 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
     state_memo: dict[tuple, tuple[int, tuple[str, str, float | None]]] = {}
     preempt_failed: dict[tuple, tuple[int, int]] = {}
     version = 0
-    for r in order:
+    for r in ranker:
+        order.append(r)
         rid = r.id
         shape_key = (r.tenant, r.workers, r.gpus_per_worker, r.cpus_per_worker,
                      r.memory_mb_per_worker, r.gpu_model)
@@ -838,6 +939,7 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
                     why = f"preempted by higher-priority job {rid}"
                 decision.preempt.append((vid, why))
             common.charge(r, +1)
+            ranker.admitted(r)
             version += 1
             admitted.add(rid)
             decision.admit.append((rid, placement))

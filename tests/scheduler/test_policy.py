@@ -29,6 +29,11 @@ def job(jid: str, tenant: str = "a", gpus: int = 1, workers: int = 1, *, prio: i
     return JobRequest(jid, tenant, prio, submit, workers, gpus, cpus, mem, est, model)
 
 
+# Preemption without the guards (minimum runtime, reclaim work ratio): what the unit tests of
+# victim selection exercise; the guards have their own test.
+IMMEDIATE = PolicyConfig(min_runtime_before_preempt_s=0.0, reclaim_work_ratio=float("inf"))
+
+
 def running(req: JobRequest, placement: dict[str, int], start: float = 0.0) -> RunningJob:
     return RunningJob(req, placement, start, False)
 
@@ -113,14 +118,39 @@ def test_reclaim_preempts_borrowed_jobs_just_enough():
         running(job("b-new1", "b", gpus=4), {"n1": 1}, start=-100),
         running(job("b-new2", "b", gpus=4), {"n1": 1}, start=-50),
     ]
-    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=8)]), 0)
+    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=8)]), 0, IMMEDIATE)
     # b holds 16 with 8 guaranteed: its two most recent jobs are borrowed and reclaimed.
     assert sorted(j for j, _ in d.preempt) == ["b-new1", "b-new2"]
     assert d.admit == [("a1", {"n1": 1})]
     assert all("reclaimed" in why for _, why in d.preempt)
     # A 4-GPU job needs only one victim: the most recently started borrowed job.
-    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a2", "a", gpus=4)]), 0)
+    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a2", "a", gpus=4)]), 0, IMMEDIATE)
     assert [j for j, _ in d.preempt] == ["b-new2"]
+
+
+def test_reclaim_guards_minimum_runtime_and_least_work_lost():
+    nodes = [node("n0"), node("n1")]
+    quotas = {"a": Quota("a", 8, 8), "b": Quota("b", 8, 8)}
+    b_jobs = [
+        running(job("b-g1", "b", gpus=4), {"n0": 1}, start=-9000),  # within b's guarantee
+        running(job("b-g2", "b", gpus=4), {"n0": 1}, start=-8000),
+        running(job("b-big", "b", gpus=4), {"n1": 1}, start=-3000),  # borrowed, 12,000 GPU-s
+        running(job("b-young", "b", gpus=4), {"n1": 1}, start=-300),  # borrowed, too young
+    ]
+    cfg = PolicyConfig()  # defaults: 600 s minimum runtime, reclaim work ratio 0.25
+    # Just submitted: it has lost nothing by waiting, so it may throw nothing away.
+    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=4, submit=0)]), 0, cfg)
+    assert d.preempt == [] and d.waiting["a1"].code == "capacity"
+    # A claimant that has waited 12,000 s with 4 GPUs (x 0.25 = 12,000 GPU-s) may take the
+    # borrowed job that loses least among those past the minimum runtime (b-big: 4 GPUs x
+    # 3,000 s); the 300 s old borrowed job is spared, b's jobs within its guarantee too.
+    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=4, submit=-11_000)]), 0,
+                 cfg)
+    assert d.preempt == [] and d.admit == []
+    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=4, submit=-12_000)]), 0,
+                 cfg)
+    assert [j for j, _ in d.preempt] == ["b-big"]
+    assert d.admit == [("a1", {"n1": 1})]
 
 
 def test_no_reclaim_of_jobs_within_guarantee():
@@ -136,10 +166,14 @@ def test_no_reclaim_of_jobs_within_guarantee():
 def test_higher_priority_preempts_lower_priority_of_same_tenant():
     nodes = [node("n0")]
     quotas = {"a": Quota("a", 8, 0)}
-    busy = [running(job("low", gpus=8, prio=0), {"n0": 1})]
+    busy = [running(job("low", gpus=8, prio=0), {"n0": 1}, start=-600)]
     d = schedule(Snapshot(nodes, quotas, busy, [job("hi", gpus=8, prio=5)]), 0)
     assert [j for j, _ in d.preempt] == ["low"]
     assert d.admit == [("hi", {"n0": 1})]
+    # Not before the minimum runtime (600 s by default).
+    young = [running(job("low", gpus=8, prio=0), {"n0": 1}, start=-599)]
+    d = schedule(Snapshot(nodes, quotas, young, [job("hi", gpus=8, prio=5)]), 0)
+    assert d.preempt == [] and d.admit == []
     # Preemption can be turned off.
     d = schedule(Snapshot(nodes, quotas, busy, [job("hi", gpus=8, prio=5)]), 0,
                  PolicyConfig(preemption=False))
@@ -200,7 +234,9 @@ def test_backfill_may_use_resources_the_reservation_does_not_need():
 
 def test_no_backfill_config_blocks_behind_head():
     nodes, quotas, busy, head = _backfill_setup()
-    pend = [head, job("short", "a", gpus=4, submit=1, est=5)]
+    # "short" ranks behind the head (its estimate is longer than the head's 100 s); it would
+    # fit now, but without backfill nothing passes the head.
+    pend = [head, job("short", "a", gpus=4, submit=1, est=500)]
     d = schedule(Snapshot(nodes, quotas, busy, pend), 0, PolicyConfig(backfill=False))
     assert d.admit == []
     assert d.waiting["short"].message

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from jobs.scheduler import (
     Node,
+    PolicyConfig,
     Quota,
     TraceError,
     TraceJob,
@@ -76,7 +77,8 @@ def test_preempted_jobs_requeue_and_finish():
     quotas = {"a": Quota("a", 8, 8), "b": Quota("b", 8, 8)}
     trace = [TraceJob(f"b{i}", 0, 5000, 4, "b") for i in range(4)]
     trace += [TraceJob("a0", 1000, 100, 8, "a")]
-    res = run_simulation(trace, nodes(2), quotas, "gantry")
+    immediate = PolicyConfig(min_runtime_before_preempt_s=0, reclaim_work_ratio=float("inf"))
+    res = run_simulation(trace, nodes(2), quotas, "gantry", config=immediate)
     assert res["preemptions"] == 2
     assert res["completed"] == 5 and res["stuck"] == 0
     assert all(j["finish"] > 0 for j in res["per_job"].values())
@@ -84,8 +86,13 @@ def test_preempted_jobs_requeue_and_finish():
     preempted = [j for j in res["per_job"].values() if j["preemptions"]]
     assert len(preempted) == 2 and res["lost_gpu_hours"] > 0
     assert res["quota_violations"] == 0 and res["capacity_violations"] == 0
+    assert res["per_job"]["b3"]["lost_s"] == 1000 and res["avg_wait_incl_lost_s"] > 0
     fifo = run_simulation(trace, nodes(2), quotas, "fifo")
     assert fifo["preemptions"] == 0 and fifo["per_job"]["a0"]["finish"] == 5100
+    # With the default guards a0 has lost nothing by waiting when it arrives, so nothing is
+    # thrown away: it starts when the borrowed jobs end.
+    guarded = run_simulation(trace, nodes(2), quotas, "gantry")
+    assert guarded["preemptions"] == 0 and guarded["per_job"]["a0"]["finish"] == 5100
 
 
 def test_backfill_beats_fifo_on_head_of_line_blocking():

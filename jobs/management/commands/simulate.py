@@ -99,7 +99,14 @@ class Command(BaseCommand):
         parser.add_argument("--start", type=int, default=0, help="first job of the window")
         parser.add_argument("--count", type=int, default=0, help="jobs in the window (0: all)")
         parser.add_argument("--policy", choices=["both", "gantry", "fifo"], default="both")
-        parser.add_argument("--estimate", choices=["oracle", "user", "none"], default="oracle")
+        parser.add_argument(
+            "--estimate",
+            choices=["realistic", "user", "oracle", "none"],
+            default="realistic",
+            help="runtime estimates the policy sees: 'realistic' (the trace's requested time, "
+            "else a user-estimate model; see jobs/scheduler/simulator.py), 'oracle' (true "
+            "durations, optimistic), 'none'",
+        )
         parser.add_argument("--out", help="write the full results as JSON here")
 
     def handle(self, *args, **opts):
@@ -112,10 +119,15 @@ class Command(BaseCommand):
             jobs = load_trace(opts["trace"])
         except TraceError as exc:
             raise CommandError(f"malformed trace: {exc}") from None
+        skipped = [f"line {line}, {reason}" for line, reason in jobs.skipped]
+        if skipped:
+            self.stderr.write(f"skipped {len(skipped)} malformed row(s): " + "; ".join(skipped[:5])
+                              + ("; ..." if len(skipped) > 5 else ""))
         if opts["start"] or opts["count"]:
             jobs = window(jobs, opts["start"], opts["count"] or len(jobs))
         if not jobs:
-            raise CommandError("the trace (or the chosen window) holds no jobs")
+            why = f" ({len(skipped)} malformed row(s) skipped: {skipped[0]})" if skipped else ""
+            raise CommandError(f"the trace (or the chosen window) holds no jobs{why}")
 
         nodes = [
             Node(
