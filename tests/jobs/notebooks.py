@@ -155,9 +155,11 @@ class Browser:
     the notebook origins (raw HTTP to 127.0.0.1 with the job's Host header, and one
     cookie jar per notebook host, as host-only cookies are kept)."""
 
-    def __init__(self, origin_port: int, gantry=None):
+    def __init__(self, origin_port: int, gantry=None, gantry_url: str | None = None):
         self.port = origin_port
-        self.gantry = gantry  # django.test.Client or None (not signed in to Gantry)
+        # A django.test.Client, an httpx.Client on a served Gantry, or None (signed out).
+        self.gantry = gantry
+        self.gantry_url = gantry_url or settings.GANTRY_URL
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{origin_port}", timeout=90)
         self.jars: dict[int, dict[str, str]] = {}
 
@@ -194,10 +196,12 @@ class Browser:
         start = self.request("GET", pk, f"/jobs/{pk}/lab/{path}")
         assert start.status_code == 302, (start.status_code, start.text[:300])
         to_gantry = urlsplit(start.headers["location"])
-        assert f"{to_gantry.scheme}://{to_gantry.netloc}" == settings.GANTRY_URL
+        assert f"{to_gantry.scheme}://{to_gantry.netloc}" == self.gantry_url
         answer = self.gantry.get(f"{to_gantry.path}?{to_gantry.query}")
         assert answer.status_code == 302, answer.status_code
-        back = urlsplit(answer["Location"])
+        back = urlsplit(
+            answer.headers["location"] if isinstance(answer, httpx.Response) else answer["Location"]
+        )
         assert f"{back.scheme}://{back.netloc}" == self.origin(pk)
         assert back.path == proxy.ENTER_PATH
         return parse_qs(back.query)["ticket"][0]
@@ -221,3 +225,73 @@ class Browser:
             f"ws://{self.host(pk)}{path}", sock=sock, additional_headers=headers,
             subprotocols=subprotocols, open_timeout=30, max_size=None,
         )
+
+
+def served_database_url() -> str:
+    """The test database, as DATABASE_URL for a server process."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor == "postgresql":
+        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+        return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return f"sqlite:///{db['NAME']}?timeout=20"
+
+
+@contextlib.contextmanager
+def served(tmp_path: Path, *, notebook_timeout: float = 3.0):
+    """Gantry (config.asgi) and the notebook origin (jobs.notebook_origin), each under
+    uvicorn in a process of its own, over the test database, as `manage.py serve` runs
+    them; yields (Gantry's URL, the origin's port)."""
+    gantry_port, origin_port = free_port(), free_port()
+    gantry_url = f"http://127.0.0.1:{gantry_port}"
+    env = {
+        **os.environ,
+        "GANTRY_ENV": "development",
+        "DEBUG": "true",
+        "DATABASE_URL": served_database_url(),
+        "GANTRY_DATA_DIR": str(tmp_path / "data"),
+        "SECRET_KEY": settings.SECRET_KEY,  # the test's session cookies must be valid there
+        "LOG_LEVEL": "WARNING",
+        "GANTRY_URL": gantry_url,
+        "GANTRY_NOTEBOOK_ORIGIN": f"http://{{job}}.nb.localhost:{origin_port}",
+        "GANTRY_NOTEBOOK_TIMEOUT_SECONDS": str(notebook_timeout),
+    }
+    servers = []
+    try:
+        for name, app, port in [
+            ("gantry", "config.asgi:application", gantry_port),
+            ("notebooks", "jobs.notebook_origin:application", origin_port),
+        ]:
+            log_path = tmp_path / f"{name}.log"
+            log = log_path.open("wb")
+            process = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                 "--lifespan", "off", "--no-access-log"],
+                cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            servers.append((process, log))
+            wait_until_up(f"http://127.0.0.1:{port}/healthz", name, process, log_path)
+        yield gantry_url, origin_port
+    finally:
+        for process, log in servers:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            log.close()
+
+
+def gantry_session(gantry_url: str, user) -> httpx.Client:
+    """An HTTP client on a served Gantry, signed in as `user` (a session made here)."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    http = httpx.Client(base_url=gantry_url, timeout=30)
+    http.cookies.set(settings.SESSION_COOKIE_NAME, session)
+    return http
