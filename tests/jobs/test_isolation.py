@@ -392,3 +392,35 @@ def test_cluster_page_says_when_jobs_are_not_isolated(unisolated, client_for, ow
     page = client.get(reverse("cluster:overview")).content.decode()
     assert "Jobs on this machine are not isolated" in page
     assert "the sandbox is turned off (GANTRY_SANDBOX=off)" in page
+
+
+# --- what a worker is given ----------------------------------------------------------
+
+
+def test_a_gpu_worker_gets_its_own_nodes_and_the_control_nodes_only(tmp_path):
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
+        (tmp_path / name).touch()
+    dev = str(tmp_path)
+    assert sandbox.gpu_devices([1], dev=dev) == [
+        f"{dev}/nvidia1",
+        f"{dev}/nvidiactl",
+        f"{dev}/nvidia-uvm",
+        f"{dev}/nvidia-modeset",
+    ]
+    assert sandbox.gpu_devices([], dev=dev) == []  # a CPU-only worker sees no GPU at all
+
+
+def test_a_workers_sandbox_shows_its_runtime_but_never_gantrys_data(settings, tmp_path):
+    import types
+
+    settings.GANTRY_JOB_READ_ONLY_PATHS = [str(tmp_path), str(settings.DATA_DIR)]
+    job = types.SimpleNamespace(pk=70_000)
+    spec = json.loads(sandbox.worker_sandbox(job, sys.executable, [], None))
+    assert spec["uid"] == spec["gid"] == settings.GANTRY_SANDBOX_UID_BASE + 70_000 % 65_536
+    assert str(Path(sys.prefix).resolve()) in spec["read_only"]  # the virtualenv
+    assert str(tmp_path) in spec["read_only"]
+    assert str(settings.DATA_DIR) not in spec["read_only"]
+    assert spec["devices"] == [] and "shm" not in spec
+    for exposed in (settings.DATA_DIR, settings.BASE_DIR, "/", Path(settings.DATA_DIR) / "files"):
+        assert sandbox.exposes_gantry(exposed), exposed
+    assert not sandbox.exposes_gantry(Path(settings.BASE_DIR) / "examples")
