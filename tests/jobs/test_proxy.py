@@ -595,3 +595,9 @@ def test_job_of_host(settings, template, host, job):
 )
 def test_only_plain_lab_paths_are_kept(path, clean):
     assert proxy.clean_path(path) == clean
+
+
+def test_the_job_page_offers_jupyterlab_to_who_may_exec(notebook, owner, member):
+    link = 'href="/jobs/1/notebook/"'
+    assert link in signed_in(owner).get("/jobs/1/").content.decode()
+    assert link not in signed_in(member).get("/jobs/1/").content.decode()
