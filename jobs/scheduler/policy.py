@@ -181,7 +181,7 @@ class PolicyConfig:
     # usage_history (GPU-seconds) / usage_window_s = average GPUs over the decay window.
     usage_window_s: float = 86_400.0
     # Ranking (see _Ranker): seconds of queue position one second of estimated runtime
-    # costs, up to the cap (a job without an estimate: none) ...
+    # costs, up to the cap (a job without an estimate: the queue's median estimate) ...
     runtime_weight: float = 1.0
     runtime_cap_s: float = 4 * 3600.0
     # The runtime term fades linearly with the job's age and is gone at this age, so a long
@@ -585,8 +585,8 @@ class _Ranker:
     submit time + ``runtime_weight`` x min(estimate, ``runtime_cap_s``) x (1 - age /
     ``runtime_age_s``), id): a short job is preferred over a long one submitted a little
     earlier, but never by more than the cap, and the term fades as a job waits, so long jobs
-    age to the front. A job without an estimate gets no runtime term: it is ranked by submit
-    time (and fair share) alone, and it is never backfilled past a reservation. Across tenants the heads of the tenants' queues are
+    age to the front. A job without an estimate counts as the median estimate of the queued
+    jobs that have one (and it is never backfilled past a reservation). Across tenants the heads of the tenants' queues are
     merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
     a tenant's *service* is its attained GPU service (decayed usage over the window + GPUs
     running now, including jobs admitted earlier in this pass) relative to its share
@@ -613,12 +613,18 @@ class _Ranker:
         w = cfg.runtime_weight
         cap = cfg.runtime_cap_s
         age_limit = cfg.runtime_age_s
+        # A job without an estimate counts as the median estimate of those that have one:
+        # neither ahead of nor behind a typical job for leaving its timeout unset.
+        known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
+        typical = known[(len(known) - 1) // 2] if known else 0.0
         queues: dict[str, list] = {}
         for r in pend:
             est = r.estimated_duration
+            if est is None:
+                est = typical
             v = r.submit_time
             age = now - v
-            if est is not None and age < age_limit:
+            if age < age_limit:
                 v += w * min(est, cap) * (1.0 - age / age_limit)
             queues.setdefault(r.tenant, []).append((-r.priority, v, r.id, r))
         for q in queues.values():

@@ -209,7 +209,9 @@ def test_easy_backfill_short_job_runs_long_job_is_held():
         assert w.code == "reserved_for_head"
         assert "held for the 16-GPU job ahead of it" in w.message
     assert "no runtime estimate" in d.waiting["noest"].message
-    assert [d.waiting[j].position for j in ("head", "long", "noest")] == [1, 2, 3]
+    # Shorter expected runtime first: "noest" counts as the queue's median estimate (500 s),
+    # so it ranks ahead of "long" (50,000 s, capped at 4 h), though submitted later.
+    assert [d.waiting[j].position for j in ("head", "noest", "long")] == [1, 2, 3]
 
 
 def test_backfill_may_use_resources_the_reservation_does_not_need():
