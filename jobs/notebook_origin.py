@@ -21,7 +21,7 @@ import logging
 import os
 import secrets
 import weakref
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -278,7 +278,7 @@ async def _enter(scope, send, pk: int, cookies):
     session = proxy.make_session(user, auth_hash, pk)
     await _redirect(
         send,
-        f"/jobs/{pk}/lab/{path}",
+        f"/jobs/{pk}/lab/{quote(path, safe='/')}",
         [
             _cookie(proxy.SESSION_COOKIE, session, proxy.SESSION_SECONDS),
             _cookie(proxy.STATE_COOKIE, "", 0),

@@ -601,3 +601,66 @@ def test_the_job_page_offers_jupyterlab_to_who_may_exec(notebook, owner, member)
     link = 'href="/jobs/1/notebook/"'
     assert link in signed_in(owner).get("/jobs/1/").content.decode()
     assert link not in signed_in(member).get("/jobs/1/").content.decode()
+
+
+def test_a_busy_user_waits_for_a_slot_and_then_gets_503_without_holding_up_others():
+    from asgiref.sync import async_to_sync
+
+    from jobs.notebook_origin import Busy, Slots
+
+    async def go():
+        slots, outcomes = Slots(), []
+        async with slots.hold(("user", 1), 1, wait=5):
+            try:
+                async with slots.hold(("user", 1), 1, wait=0.2):
+                    outcomes.append("second request of user 1 got in")
+            except Busy:
+                outcomes.append("second request of user 1: busy")
+            async with slots.hold(("user", 2), 1, wait=0.2):
+                outcomes.append("user 2 got in")
+        async with slots.hold(("user", 1), 1, wait=0.2):
+            outcomes.append("user 1 again, once the first is done")
+        return outcomes, slots._held
+
+    outcomes, left = async_to_sync(go)()
+    assert outcomes == [
+        "second request of user 1: busy",
+        "user 2 got in",
+        "user 1 again, once the first is done",
+    ]
+    assert left == {}  # nothing kept for users with nothing in flight
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "ftp://{job}.nb.example",
+        "https://nb.example",
+        "https://nb.{job}.example",
+        "https://{job}.nb.example/lab",
+        "https://{job}.{job}.nb.example",
+        "https://{job}.nb.{x}.example",
+    ],
+)
+def test_a_malformed_notebook_origin_stops_start_up_with_its_name(value):
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings as django_settings
+
+    env = {**os.environ, "GANTRY_NOTEBOOK_ORIGIN": value, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    run = subprocess.run(
+        [sys.executable, "-c", "import config.settings"],
+        cwd=django_settings.BASE_DIR, env=env, capture_output=True, text=True,
+    )
+    assert run.returncode != 0
+    assert "Configuration error in GANTRY_NOTEBOOK_ORIGIN" in run.stderr, run.stderr[-500:]
+
+
+def test_a_cookie_domain_over_the_notebook_origins_is_a_system_error(settings):
+    settings.GANTRY_NOTEBOOK_ORIGIN = "https://{job}.nb.lab.example"
+    settings.SESSION_COOKIE_DOMAIN = ".lab.example"
+    assert [e.id for e in proxy.check_notebook_origin()] == ["jobs.E010"]
+    settings.SESSION_COOKIE_DOMAIN = "gantry.lab.example"
+    assert proxy.check_notebook_origin() == []
