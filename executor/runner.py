@@ -413,6 +413,15 @@ class Runner:
     def _killpg(self, sig: int) -> None:
         if self.proc is None:
             return
+        if self.cfg.sandbox is not None and sig != signal.SIGKILL:
+            # bwrap is the group's leader: SIGTERM would kill it, and with it the whole
+            # sandbox at once (SIGKILL), leaving the command no grace to checkpoint. The
+            # command and its children get the signal; bwrap does not.
+            for pid in sandbox.group_members(self.proc.pid):
+                if pid != self.proc.pid:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, sig)
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 

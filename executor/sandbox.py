@@ -202,6 +202,22 @@ def bwrap_argv(
     ]
 
 
+def group_members(pgid: int) -> list[int]:
+    """Pids (as this process sees them) of the live processes in process group `pgid`."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
 def inside(path: str, workdir: str) -> str:
     """Where a path in the workdir appears inside the sandbox."""
     rel = os.path.relpath(path, workdir)
