@@ -122,6 +122,8 @@ def test_a_trusted_notebook_runs_no_script_with_gantrys_origin(
             context.on("request", lambda r: requests.append((r.method, r.url)))
             context.on("response", lambda r: responses.append((r.request.method, r.url, r.status)))
             page = context.new_page()
+            sockets = []
+            page.on("websocket", lambda ws: sockets.append(ws))
             page.goto(f"{gantry_url}/jobs/{job.pk}/notebook/?path=lab/tree/results.ipynb")
             try:
                 page.get_by_text("planted output").wait_for(timeout=120_000)
@@ -139,7 +141,12 @@ def test_a_trusted_notebook_runs_no_script_with_gantrys_origin(
                     "\n".join(f"{m} {u} {st}" for m, u, st in responses if "/api/" in u)
                 )
                 page.wait_for_timeout(250)
+            # ...and talks to it over the kernel's websocket, opened on the notebook origin.
+            while not any("/channels" in ws.url and not ws.is_closed() for ws in sockets):
+                assert time.monotonic() < deadline, [(ws.url, ws.is_closed()) for ws in sockets]
+                page.wait_for_timeout(250)
             page.wait_for_timeout(1000)  # a script of the output would have run by now
+            kernel_sockets = [ws.url for ws in sockets if "/channels" in ws.url]
 
             ran = page.evaluate("() => window.__planted_ran")
             cookies_seen = page.evaluate("() => document.cookie")
@@ -173,6 +180,7 @@ def test_a_trusted_notebook_runs_no_script_with_gantrys_origin(
         refused = [(m, u, status) for m, u, status in responses if status == 403]
         assert refused == [], refused
         assert attempt != 201, attempt
+        assert all(url.startswith(f"ws://{job.pk}.nb.localhost:") for url in kernel_sockets)
 
         # The owner's session still works, and holds no token.
         tokens = owners_gantry.get("/api/v1/tokens/")
