@@ -25,6 +25,10 @@ def _kill_executors():
 def web(job_settings, transactional_db, tmp_path):  # noqa: F811
     """A real uvicorn over the test database that executors report to; the test may stop
     and restart it. Every executor is killed afterwards."""
+    # Fault tests coordinate with their jobs through files in tmp_path, which a sandboxed
+    # job may not write: they run unsandboxed (tests/jobs/test_isolation.py covers that).
+    job_settings.GANTRY_SANDBOX = "off"
+    job_settings.GANTRY_ALLOW_UNISOLATED_JOBS = True
     server = Uvicorn(tmp_path)
     server.start()
     job_settings.GANTRY_URL = server.url

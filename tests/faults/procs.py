@@ -129,6 +129,8 @@ class QCluster:
             "GANTRY_HEARTBEAT_SECONDS": str(settings.GANTRY_HEARTBEAT_SECONDS),
             "GANTRY_JOB_GRACE_SECONDS": str(settings.GANTRY_JOB_GRACE_SECONDS),
             "GANTRY_WORKERS": "1",
+            "GANTRY_SANDBOX": settings.GANTRY_SANDBOX,
+            "GANTRY_ALLOW_UNISOLATED_JOBS": str(settings.GANTRY_ALLOW_UNISOLATED_JOBS).lower(),
         }
         self.proc: subprocess.Popen | None = None
 
