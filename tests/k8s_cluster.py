@@ -60,7 +60,7 @@ def binaries() -> Path:
     if found.returncode != 0 or path is None or not path.is_dir():
         raise ClusterUnavailable(
             f"the Kubernetes binaries are not built ({found.stderr.strip() or 'no path'}): "
-            "run platform/dev/k8s-build once (15-30 min)"
+            "run platform/dev/k8s-build once (about 10 min on 2 cores)"
         )
     return path
 

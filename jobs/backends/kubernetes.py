@@ -419,9 +419,10 @@ class KubernetesBackend(Backend):
 
     @staticmethod
     def _await_quota(conn: Connection, manifest: dict, timeout: float = 10.0) -> None:
-        """Until the quota controller has counted a new or changed quota (its `status.hard`
-        matches), the API server refuses every pod it limits ("status unknown for
-        quota"): a notebook Pod created at once would fail. Usually milliseconds."""
+        """Wait until the quota controller has counted a new or changed quota (its
+        `status.hard` matches the spec): quota admission checks pods against the counted
+        state, so the attempt's pods then meet the quota as it now is. On the test
+        cluster it was always counted within milliseconds; bounded, never fatal."""
         hard = {k: _quantity(v) for k, v in manifest["spec"]["hard"].items()}
         if not hard:
             return
