@@ -424,3 +424,37 @@ def test_a_workers_sandbox_shows_its_runtime_but_never_gantrys_data(settings, tm
     for exposed in (settings.DATA_DIR, settings.BASE_DIR, "/", Path(settings.DATA_DIR) / "files"):
         assert sandbox.exposes_gantry(exposed), exposed
     assert not sandbox.exposes_gantry(Path(settings.BASE_DIR) / "examples")
+
+
+def test_a_sandboxed_job_reads_its_dataset_input_but_cannot_change_the_cached_blob(
+    sandboxed, running_jobs, owner, project, tmp_path
+):
+    from datasets import services as datasets
+    from tests.datasets.builders import upload_files
+
+    dataset = datasets.create_dataset(owner, project, name="Digits", slug="digits")
+    upload_files(owner, dataset, {"train/a.txt": b"one"})
+    reader = tmp_path / "reader.py"
+    reader.write_text(
+        textwrap.dedent(
+            """
+            import os
+            path = "data/digits/train/a.txt"
+            print("read", open(path).read())
+            try:
+                open(path, "a").write("changed")
+                print("appended")
+            except OSError as exc:
+                print("refused", exc.errno)
+            """
+        )
+    )
+    job = services.submit_job(
+        owner, project, name="r", command=f"python {reader}", inputs=[{"dataset": "digits"}]
+    )
+    wait_for(job, "succeeded", "failed")
+    assert job.state == "succeeded", [ln["text"] for ln in log_lines(job)][-10:]
+    stdout = [ln["text"] for ln in log_lines(job) if ln["stream"] == "stdout"]
+    assert stdout == ["read one", "refused 13"]  # EACCES: root's read-only file
+    blobs = list((Path(sandboxed.DATA_DIR) / "cache" / "blobs").glob("*/*"))
+    assert [b.read_bytes() for b in blobs if not b.name.endswith(".lock")] == [b"one"]
