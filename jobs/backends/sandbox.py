@@ -265,8 +265,8 @@ def check_sandbox(app_configs=None, **kwargs):
             problems.append(
                 checks.Error(
                     f"GANTRY_JOB_READ_ONLY_PATHS holds {path!r}",
-                    hint="Give absolute paths outside Gantry's checkout and data directory "
-                    "(its secret key and every tenant's files are there).",
+                    hint="Give absolute paths that neither hold Gantry's checkout nor lie in "
+                    "its data directory (the secret key and every tenant's files are there).",
                     id="jobs.E020",
                 )
             )

@@ -353,6 +353,17 @@ def test_without_a_sandbox_a_second_tenants_job_is_refused_with_the_reason(
     assert accepted.state == "queued"
 
 
+def test_without_a_sandbox_the_api_answers_400_with_the_reason(
+    unisolated, api_for, owner, project, outsider, other_project
+):
+    services.submit_job(owner, project, name="a", command="python -c pass")
+    response = api_for(outsider).post(
+        "/api/v1/jobs/", {"project": other_project.pk, "command": "python x.py"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "run without isolation" in response.json()["non_field_errors"][0]
+
+
 def test_without_a_sandbox_launch_refuses_a_queued_job_of_a_second_tenant(
     unisolated, owner, project, outsider, other_project, job_settings
 ):
