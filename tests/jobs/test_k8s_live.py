@@ -717,3 +717,22 @@ def test_watches_survive_an_api_server_restart_and_lose_nothing(
     # resourceVersions are too old for it: answered 410 Gone, they listed again (a watch
     # that could resume from its version would have; either way nothing is lost).
     assert [w.relists for w in gantry.watches] == [n + 1 for n in before]
+
+
+def test_reconcile_alone_repairs_what_no_watch_saw(gantry, admin, tenant_project, owner):
+    """No watch runs once the job runs (k8s_watch down): the reconcile task's look at the cluster still
+    ends the job when its pod has ended, with the pod's own verdict."""
+    from jobs import services
+
+    _, project = tenant_project
+    job = gantry.submit(owner, project)
+    (pod,) = gantry.running(job)
+    admin.exit(pod, 3)  # the command failed
+    deadline = time.monotonic() + WAIT
+    while not job.is_terminal:
+        assert time.monotonic() < deadline, "reconcile did not end the job"
+        services.reconcile_job(job)
+        job.refresh_from_db()
+        time.sleep(0.2)
+    assert job.state == "failed"
+    assert job.state_reason == "exited with code 3"
