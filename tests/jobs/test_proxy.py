@@ -664,3 +664,18 @@ def test_a_cookie_domain_over_the_notebook_origins_is_a_system_error(settings):
     assert [e.id for e in proxy.check_notebook_origin()] == ["jobs.E010"]
     settings.SESSION_COOKIE_DOMAIN = "gantry.lab.example"
     assert proxy.check_notebook_origin() == []
+
+
+def test_over_https_the_cookies_are_secure_and_host_prefixed(settings):
+    from jobs.notebook_origin import _cookie
+
+    settings.GANTRY_NOTEBOOK_ORIGIN = "https://{job}.nb.lab.example"
+    name, value = _cookie(proxy.SESSION_COOKIE, "v", 60)
+    cookie = value.decode()
+    assert name == b"set-cookie"
+    # __Host-: the browser keeps it only if Secure, Path=/ and without Domain, so no
+    # sibling notebook host can set or overwrite it.
+    assert cookie.startswith("__Host-gantry_nb=v;")
+    assert "; Secure" in cookie and "; Path=/" in cookie and "Domain" not in cookie
+    assert "; HttpOnly" in cookie and "; SameSite=Lax" in cookie
+    assert _cookie(proxy.XSRF_COOKIE, "x", 60)[1].decode().startswith("_xsrf=x;")
