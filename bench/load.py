@@ -170,6 +170,7 @@ def main():
         "SECRET_KEY": "bench-" + "x" * 50,
         "DEBUG": "false",
         "GANTRY_URL": f"http://127.0.0.1:{port}",
+        "GANTRY_NOTEBOOK_PORT": str(free_port()),
         "GANTRY_WORKERS": "1",
         "LOG_LEVEL": "WARNING",
         "DJANGO_SETTINGS_MODULE": "bench.settings",  # one GPU, held by the first job

@@ -2,7 +2,8 @@
 
 `make run` serves everything from this one application under uvicorn. In production the
 proxy sends pages and the API to the WSGI application (config/wsgi.py, under gunicorn)
-and only websockets and the notebook proxy here (platform/nginx/, platform/k8s/).
+and only websockets here (platform/nginx/, platform/k8s/). Notebooks have an origin and
+an ASGI application of their own (jobs/notebook_origin.py).
 """
 
 import os

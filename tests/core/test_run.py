@@ -26,7 +26,7 @@ def free_port():
 @pytest.mark.slow
 def test_serve_brings_up_web_and_worker_and_the_demo_login_works(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(GANTRY_DATA_DIR=str(tmp_path), GANTRY_WORKERS="1")
+    env.update(GANTRY_DATA_DIR=str(tmp_path), GANTRY_WORKERS="1", GANTRY_NOTEBOOK_PORT=str(free_port()))
     run = lambda *a: subprocess.run([sys.executable, "manage.py", *a], cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=180)  # noqa: E731
     run("migrate", "--noinput")
     seeded = run("seed_demo").stdout
@@ -83,7 +83,7 @@ def test_serve_brings_up_web_and_worker_and_the_demo_login_works(tmp_path):
 )
 def test_serve_refuses_options_that_do_not_fit_and_starts_nothing(args, message, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "GANTRY_ENV")}
-    env.update(GANTRY_DATA_DIR=str(tmp_path), DEBUG="true")
+    env.update(GANTRY_DATA_DIR=str(tmp_path), DEBUG="true", GANTRY_NOTEBOOK_PORT=str(free_port()))
     result = subprocess.run(
         [sys.executable, "manage.py", "serve", "--port", str(free_port()), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,

@@ -7,11 +7,12 @@ Two layouts:
   cluster. One machine, one port, no proxy.
 - `manage.py serve --production`: the production stack on this machine, as
   platform/nginx/ describes it: gunicorn (threads) runs the WSGI application for pages
-  and the API, uvicorn the ASGI application for websockets and the notebook proxy, both on
-  Unix sockets, and nginx in front on `--port`, routing by path
-  (platform/nginx/gantry-routes.conf), plus the worker. With `--tls-cert` and `--tls-key`
-  nginx terminates TLS itself; without them it expects a TLS-terminating proxy in front
-  and passes on its `X-Forwarded-Proto`.
+  and the API, uvicorn the ASGI application for websockets, both on Unix sockets, and
+  nginx in front on `--port`, routing by path (platform/nginx/gantry-routes.conf), plus
+  the worker. With `--tls-cert` and `--tls-key` nginx terminates TLS itself; without them
+  it expects a TLS-terminating proxy in front and passes on its `X-Forwarded-Proto`.
+
+Both also start the notebook origin (jobs/notebook_origin.py) on GANTRY_NOTEBOOK_PORT.
 
 Any child that dies stops the rest; Ctrl-C or SIGTERM stops them all.
 """
@@ -90,7 +91,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-worker", action="store_true", help="Start only the web server.")
         parser.add_argument(
             "--production", action="store_true",
-            help="gunicorn (pages, API) and uvicorn (websockets, notebooks) behind nginx.",
+            help="gunicorn (pages, API) and uvicorn (websockets) behind nginx.",
         )
         parser.add_argument("--tls-cert", help="With --production: nginx terminates TLS with this certificate.")
         parser.add_argument("--tls-key", help="With --production: the certificate's private key.")
