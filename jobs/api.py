@@ -1,5 +1,6 @@
 """The jobs API: thin serializers and viewsets over jobs.services."""
 
+from django.db import transaction
 from django.http import FileResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -12,12 +13,13 @@ from rest_framework.response import Response
 from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from core.links import object_url
 from core.paging import DeferredJoinPagination
+from datasets.models import DatasetVersion
 from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
 from jobs.queries import count_lines_after, lines_before, log_lines
 from projects.models import Project
-from projects.permissions import get_object_for_user, token_of
+from projects.permissions import get_object_for_user, restrict, token_of
 
 
 class JobWorkerSerializer(serializers.ModelSerializer):
@@ -351,7 +353,24 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
             data["image"] = images_for_job(request.user, project).filter(pk=image_id).first()
             if data["image"] is None:
                 raise serializers.ValidationError({"image": ["No such image."]})
-        job = services.submit_job(request.user, project, **data)
+        token = token_of(request)
+        with transaction.atomic():
+            job = services.submit_job(request.user, project, **data)
+            # Re-checked inside the transaction: a token limited to a project mounts no
+            # dataset of another project, though its user may read them.
+            mounted = {i["dataset_version"] for i in job.inputs if "dataset_version" in i}
+            reachable = restrict(
+                DatasetVersion.objects.filter(pk__in=mounted),
+                request.user,
+                "dataset.view",
+                token,
+                field="dataset__project",
+            )
+            if mounted and reachable.count() != len(mounted):
+                raise serializers.ValidationError(
+                    {"inputs": "This token is limited to one project: its jobs mount only "
+                     "that project's datasets."}
+                )
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobSerializer)
