@@ -37,6 +37,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -115,6 +116,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _open_log(path: Path):
+    """Append to the executor's log in the workdir without following what a sandboxed
+    job may have put there (a relaunch after preemption reuses the workdir, which the
+    job owns): a symbolic link, a FIFO or another file is replaced by a fresh one."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    for _ in range(3):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            continue
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1:
+            os.set_blocking(fd, True)
+            return os.fdopen(fd, "ab")
+        os.close(fd)
+        path.unlink()
+    raise OSError(f"cannot open {path} safely")
 
 
 # --- GPUs -----------------------------------------------------------------------------
@@ -405,7 +427,7 @@ class LocalBackend(Backend):
                 "--workdir",
                 str(workdir),
             ]
-            with open(workdir / "executor.log", "ab") as log:
+            with _open_log(workdir / "executor.log") as log:
                 proc = subprocess.Popen(
                     argv,
                     cwd=workdir,

@@ -469,3 +469,30 @@ def test_a_sandboxed_job_reads_its_dataset_input_but_cannot_change_the_cached_bl
     assert stdout == ["read one", "refused 13"]  # EACCES: root's read-only file
     blobs = list((Path(sandboxed.DATA_DIR) / "cache" / "blobs").glob("*/*"))
     assert [b.read_bytes() for b in blobs if not b.name.endswith(".lock")] == [b"one"]
+
+
+def test_gantry_appends_to_an_executor_log_only_if_it_is_still_its_own(tmp_path):
+    """A relaunch after preemption reuses the workdir the job owned: whatever the job put
+    at executor.log is replaced, never followed (a link to the secret key, a FIFO)."""
+    from jobs.backends.local import _open_log
+
+    canary = tmp_path / "secret_key"
+    canary.write_text("key")
+    log = tmp_path / "executor.log"
+    log.symlink_to(canary)
+    with _open_log(log) as fh:
+        fh.write(b"line\n")
+    assert canary.read_text() == "key"
+    assert not log.is_symlink() and log.read_bytes() == b"line\n"
+
+    log.unlink()
+    os.mkfifo(log)
+    with _open_log(log) as fh:  # does not block on a FIFO nobody reads
+        fh.write(b"again\n")
+    assert log.read_bytes() == b"again\n"
+
+    if os.geteuid() == 0:
+        os.chown(log, 200_001, 200_001)  # the job's own file: not appended to
+        with _open_log(log) as fh:
+            fh.write(b"fresh\n")
+        assert log.stat().st_uid == 0 and log.read_bytes() == b"fresh\n"
