@@ -77,6 +77,9 @@ class FakeKubeAPI:
             self.uid += 1
             meta.setdefault("uid", f"uid-{self.uid}")
             meta["resourceVersion"] = str(self.version)
+            if resource == "resourcequotas":
+                # What the quota controller does at once on a cluster: count the quota.
+                obj["status"] = {"hard": dict(obj.get("spec", {}).get("hard", {}))}
             self.objects[(resource, meta.get("namespace", ""), meta["name"])] = obj
         return obj
 
