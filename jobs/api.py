@@ -299,6 +299,27 @@ class ArtifactSerializer(serializers.ModelSerializer):
         return reverse("artifact-download", args=[artifact.pk])
 
 
+def check_mounts_within_token(request, job) -> None:
+    """Call inside the submit's transaction: a job submitted with a token limited to a
+    project mounts no dataset of another project, though its user may read them."""
+    mounted = {i["dataset_version"] for i in job.inputs if "dataset_version" in i}
+    token = token_of(request)
+    if not mounted or token is None or token.project_id is None:
+        return
+    reachable = restrict(
+        DatasetVersion.objects.filter(pk__in=mounted),
+        request.user,
+        "dataset.view",
+        token,
+        field="dataset__project",
+    )
+    if reachable.count() != len(mounted):
+        raise serializers.ValidationError(
+            {"inputs": "This token is limited to one project: its jobs mount only that "
+             "project's datasets."}
+        )
+
+
 class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Job.objects.none()
     filterset_class = JobFilterSet
@@ -353,24 +374,9 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
             data["image"] = images_for_job(request.user, project).filter(pk=image_id).first()
             if data["image"] is None:
                 raise serializers.ValidationError({"image": ["No such image."]})
-        token = token_of(request)
         with transaction.atomic():
             job = services.submit_job(request.user, project, **data)
-            # Re-checked inside the transaction: a token limited to a project mounts no
-            # dataset of another project, though its user may read them.
-            mounted = {i["dataset_version"] for i in job.inputs if "dataset_version" in i}
-            reachable = restrict(
-                DatasetVersion.objects.filter(pk__in=mounted),
-                request.user,
-                "dataset.view",
-                token,
-                field="dataset__project",
-            )
-            if mounted and reachable.count() != len(mounted):
-                raise serializers.ValidationError(
-                    {"inputs": "This token is limited to one project: its jobs mount only "
-                     "that project's datasets."}
-                )
+            check_mounts_within_token(request, job)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobSerializer)

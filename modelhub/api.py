@@ -1,5 +1,6 @@
 """The model hub API: thin serializers and viewsets over modelhub.services."""
 
+from django.db import transaction
 from django.http import FileResponse, Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -9,7 +10,7 @@ from rest_framework.response import Response
 
 from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from images.models import RuntimeImage
-from jobs.api import JobSerializer
+from jobs.api import JobSerializer, check_mounts_within_token
 from jobs.models import Job
 from modelhub import services
 from modelhub.filters import RegisteredModelFilterSet
@@ -313,5 +314,7 @@ class ModelVersionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, views
             image = get_object_for_user(
                 request.user, RuntimeImage, "image.view", token=token_of(request), pk=image.pk
             )
-        job = services.predict(request.user, version, image=image, **data)
+        with transaction.atomic():
+            job = services.predict(request.user, version, image=image, **data)
+            check_mounts_within_token(request, job)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)

@@ -44,3 +44,25 @@ def test_a_project_token_cannot_mount_another_projects_dataset(owner, project, v
 
 def test_the_user_signed_in_may_mount_both(owner, project, versions, api_for):
     assert submit(api_for(owner), project, versions["audio"]).status_code == 201
+
+
+def test_a_prediction_submitted_with_a_project_token_follows_the_same_rule(owner, project, versions):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from modelhub import services as hub_services
+    from tests.modelhub.builders import safetensors_bytes
+
+    model = hub_services.create_model(owner, project, name="digits")
+    version = hub_services.upload_version(
+        owner, model, [("model.safetensors", SimpleUploadedFile("m", safetensors_bytes()))]
+    )
+    _, key = account_services.create_api_token(actor=owner, name="ci", scope="write", project=project)
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    url = f"/api/v1/model-versions/{version.pk}/predict/"
+    body = {"command": "python predict.py"}
+    refused = api.post(url, {**body, "inputs": [{"dataset_version": versions["audio"].pk}]}, format="json")
+    assert refused.status_code == 400 and "limited to one project" in str(refused.json()), refused.content
+    assert not Job.objects.exists()
+    allowed = api.post(url, {**body, "inputs": [{"dataset_version": versions["vision"].pk}]}, format="json")
+    assert allowed.status_code == 201, allowed.content
