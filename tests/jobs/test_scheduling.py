@@ -22,8 +22,9 @@ from jobs import services, tasks
 from jobs.admission import admission_pass
 from jobs.backends import reset_backends
 from jobs.models import Job
+from jobs.queries import log_lines
 from jobs.states import transition
-from tests.jobs.conftest import wait_for
+from tests.jobs.conftest import wait_for, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -343,6 +344,8 @@ def test_a_preempted_job_checkpoints_requeues_and_then_runs_to_success(
     )
     low = submit(owner, project, command=f"python {train}", cpus=4, priority=0)
     wait_for(low, "running")
+    # Preempt only once its SIGTERM handler is set (a sandboxed start takes a moment).
+    wait_until(lambda: any(ln["text"] == "training" for ln in log_lines(low)), what="training")
     high = submit(owner, project, command="python -c pass", cpus=4, priority=5)
     tasks.admit_and_launch()
     low.refresh_from_db()
