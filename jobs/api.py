@@ -388,7 +388,9 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
     @extend_schema(request=None, responses={201: JobSerializer})
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
-        job = services.retry_job(request.user, self.get_object())
+        with transaction.atomic():
+            job = services.retry_job(request.user, self.get_object())
+            check_mounts_within_token(request, job)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
