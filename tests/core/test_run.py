@@ -91,3 +91,50 @@ def test_serve_refuses_options_that_do_not_fit_and_starts_nothing(args, message,
     assert result.returncode != 0
     assert message in result.stderr
     assert "Gantry is up" not in result.stdout
+
+
+@pytest.mark.slow
+def test_requests_waiting_in_async_views_do_not_stall_other_requests(tmp_path):
+    """The stock ASGI application (what `make run` serves) runs each request on its own:
+    two requests parked in an async view leave a plain page to answer at once. (Gantry's
+    former handler ran them on two pool threads, and the page waited for them.)"""
+    import concurrent.futures
+
+    gate = tmp_path / "gate"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        GANTRY_DATA_DIR=str(tmp_path), GANTRY_TEST_GATE=str(gate),
+        DJANGO_SETTINGS_MODULE="tests.core.slow_site.settings",
+    )
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True, timeout=180)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "config.asgi:application", "--port", str(port), "--lifespan", "off"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(base + "/healthz", timeout=5).read()
+                break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                assert time.monotonic() < deadline, "uvicorn did not answer within 60 s"
+                time.sleep(0.3)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            parked = [pool.submit(lambda: urllib.request.urlopen(base + "/slow/", timeout=60).read()) for _ in range(2)]
+            deadline = time.monotonic() + 30
+            while len(list(tmp_path.glob("entered-*"))) < 2:
+                assert time.monotonic() < deadline, "the slow requests never reached the view"
+                time.sleep(0.05)
+            # Both are waiting in the view; a page answers meanwhile.
+            page = urllib.request.urlopen(base + "/accounts/login/", timeout=10)
+            assert page.status == 200
+            assert not any(f.done() for f in parked), "the gate is shut: nothing can have answered"
+            gate.touch()
+            assert [f.result(timeout=30) for f in parked] == [b"opened", b"opened"]
+    finally:
+        os.killpg(os.getpgid(server.pid), signal.SIGTERM)
+        server.wait(timeout=20)
