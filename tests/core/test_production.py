@@ -192,15 +192,20 @@ def test_production_stack_serves_the_main_pages_admin_and_api_in_chromium(produc
                 page = context.new_page()
                 watch(page, problems)
 
-                # Plain HTTP is sent to HTTPS (SECURE_SSL_REDIRECT behind the proxy's header).
-                # Sign in through the real form: CSRF, secure cookies, the session.
-                visit(page, base + "/accounts/login/", problems)
+                # Sign in through the real form: CSRF, secure cookies, the session. Django
+                # knows the request came over TLS from the proxy's X-Forwarded-Proto.
+                signin = page.goto(base + "/accounts/login/")
+                assert signin is not None and signin.status == 200, signin and signin.status
+                assert "max-age=31536000" in signin.headers["strict-transport-security"]
                 assert "Sign in" in page.title()
                 page.fill("input[name=username]", "root")
                 page.fill("input[name=password]", PASSWORD)
                 with page.expect_navigation():
                     page.click("button[type=submit]")
                 assert page.url == base + "/", f"sign-in ended at {page.url}"
+                cookies = {c["name"]: c for c in context.cookies()}
+                assert cookies["sessionid"]["secure"] and cookies["sessionid"]["httpOnly"]
+                assert cookies["csrftoken"]["secure"]
 
                 for path in pages + admin_pages + api_pages:
                     visit(page, base + path, problems)
