@@ -52,7 +52,10 @@ def test_train_job_runs_to_success_with_logs_metrics_and_an_artifact(
     )
     job = submit(owner, project, command=f"python {train}", parameters={"epochs": 3, "fast": True})
     wait_for(job, "succeeded", "failed")
-    assert job.state == "succeeded", (job.state_reason, [line["text"] for line in log_lines(job)][-15:])
+    assert job.state == "succeeded", (
+        job.state_reason,
+        [line["text"] for line in log_lines(job)][-15:],
+    )
     assert job.state_reason == "exited with code 0"
     assert [e.to_state for e in job.events.all()] == [
         "queued",
