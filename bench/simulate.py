@@ -1,33 +1,56 @@
 #!/usr/bin/env python
-"""Trace-driven benchmark of Gantry's GPU scheduler against a strict FIFO baseline.
+"""Trace-driven benchmark of Gantry's GPU scheduler beside honest baselines.
 
-Runs without Django:  python bench/simulate.py [--trace philly] [--out bench/results/scheduler.json]
+Runs without Django:  python bench/simulate.py [--out bench/results/scheduler.json]
 
-Philly setup (documented choice, fixed before looking at the results):
-* a contiguous window of ``--count`` jobs (default 5,000) starting at job ``--start`` (default
-  20,000: mid-trace, past the sparse first weeks), submit times shifted to start at 0;
-* a cluster of ``--nodes`` nodes (default 32) of 8 GPUs / 64 CPUs / 512 GB, i.e. 256 GPUs,
-  about half the window's offered load, so that a queue builds;
-* per-tenant guaranteed GPUs proportional to the tenant's virtual-cluster node count in
-  ``philly_vc_nodes.csv`` (tenants absent from it get 0), each may borrow up to half the
-  cluster on top of that;
-* estimated durations: the real duration (oracle); a second Gantry run uses a user-style
-  over-estimate model (see jobs/scheduler/simulator.py); a second window (``--start2``)
-  checks that the result is not an artefact of one window.
+What runs (documented choices, fixed before looking at the results):
+
+* **Estimates are realistic** (``--estimate realistic``, the default): what live Gantry knows,
+  the job's timeout. The Philly trace has no requested times, so they come from the
+  user-estimate model in jobs/scheduler/simulator.py (heavy over-estimation, some
+  under-estimation: such jobs are killed at their limit, for every policy alike). The oracle
+  (true durations) runs only with ``--estimate oracle`` or as the extra, labelled
+  ``gantry_oracle`` row of the reference window.
+* **Policies side by side, same jobs, nodes, quotas and estimates**: ``fifo`` (strict),
+  ``easy`` (FIFO + EASY backfill: what the clusters these traces come from ran), ``las`` (a
+  size-blind Tiresias-style least-attained-service reference with perfect checkpoints: an
+  upper reference, not a like-for-like baseline), ``before`` (the policy as it was before
+  issue 28, loaded from git: ``--before-ref``), ``gantry`` (today's policy, defaults) and, on the
+  reference window, ``gantry_live`` (the config live admission runs: guards on reclaim off).
+* **Quotas from the trace's groups**: each Philly virtual cluster is guaranteed GPUs in
+  proportion to its node count in ``philly_vc_nodes.csv`` and may borrow up to half the
+  cluster on top: a tenant's limit is below the cluster, so violations are possible (and
+  checked independently after every pass).
+* **Reference window**: ``--count`` jobs (5,000) from job ``--start`` (20,000) on ``--nodes``
+  (32) nodes of 8 GPUs / 64 CPUs / 512 GB.
+* **Sweep**: every full 1,000-job window of the trace (jobs 0-999, 1,000-1,999, ...) on 8
+  nodes (``--sweep-nodes``), all policies but the oracle; goals checked per window.
+
+Goals (issue 28), reported per window and in ``goals``: average JCT <= easy, p95 wait <= easy,
+Jain's index >= 0.9, 0 quota violations, and GPU-hours lost to preemption at most half of the
+``before`` policy's (summed over the windows, and on the reference window).
 
 Also a micro-benchmark: ``schedule()`` over 10,000 pending jobs and 1,000 nodes, p50/p99 over
 repeated calls, for a full cluster (steady state) and a half-empty one (many admissions).
+``--out`` writes the JSON and, beside it, ``<name>.jobs.csv.gz``: one row per job and policy of
+the reference window.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import gc
+import gzip
+import importlib.util
 import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
+from multiprocessing import Pool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -36,6 +59,7 @@ if ROOT not in sys.path:
 from jobs.scheduler import (  # noqa: E402 - path set up above, no Django needed
     JobRequest,
     Node,
+    PolicyConfig,
     Quota,
     RunningJob,
     Snapshot,
@@ -48,6 +72,14 @@ from jobs.scheduler import (  # noqa: E402 - path set up above, no Django needed
 )
 
 TRACES = os.path.join(os.path.dirname(ROOT), "shared", "traces")
+BEFORE_REF = "884dfb6"  # jobs/scheduler/policy.py before issue 28
+LIVE_CONFIG = PolicyConfig(  # as jobs/admission.py's POLICY (no Django here to import it)
+    min_runtime_before_preempt_s=0.0,
+    reclaim_after_wait_s=0.0,
+    reclaim_work_ratio=float("inf"),
+    reclaim_min_remaining_s=0.0,
+)
+SWEEP_POLICIES = ("fifo", "easy", "las", "before", "gantry")
 
 
 def cluster(n: int) -> list[Node]:
@@ -61,44 +93,92 @@ def philly_quotas(jobs, nodes, vc_nodes: dict[str, int]) -> dict[str, Quota]:
     return {t: Quota(t, total * vc_nodes.get(t, 0) // vc_total, total // 2) for t in tenants}
 
 
-def compare(g: dict, f: dict) -> dict:
-    def red(key: str) -> float | None:
-        return round(1 - g[key] / f[key], 4) if f[key] else None
+_BEFORE = None
 
-    return {
-        "avg_jct_reduction": red("avg_jct_s"),
-        "p95_jct_reduction": red("p95_jct_s"),
-        "avg_wait_reduction": red("avg_wait_s"),
-        "p95_wait_reduction": red("p95_wait_s"),
+
+def before_policy(ref: str = BEFORE_REF):
+    """``schedule`` of jobs/scheduler/policy.py at git ``ref``, as a simulator policy."""
+    global _BEFORE
+    if _BEFORE is None or _BEFORE[0] != ref:
+        src = subprocess.run(
+            ["git", "-C", ROOT, "show", f"{ref}:jobs/scheduler/policy.py"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        path = os.path.join(tempfile.mkdtemp(prefix="gantry-policy-"), "policy_before.py")
+        with open(path, "w") as fh:
+            fh.write(src)
+        spec = importlib.util.spec_from_file_location("policy_before", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["policy_before"] = mod
+        spec.loader.exec_module(mod)
+
+        def before(snap, now):
+            return mod.schedule(snap, now, mod.PolicyConfig())
+
+        before.__name__ = "before"
+        _BEFORE = (ref, before)
+    return _BEFORE[1]
+
+
+def run_one(jobs, nodes, quotas, name: str, estimate: str, before_ref: str, keep_jobs=False):
+    if name == "before":
+        policy, cfg = before_policy(before_ref), None
+    elif name == "gantry_live":
+        policy, cfg = "gantry", LIVE_CONFIG
+    elif name == "gantry_oracle":
+        policy, cfg, estimate = "gantry", None, "oracle"
+    else:
+        policy, cfg = name, None
+    res = run_simulation(jobs, nodes, quotas, policy, estimate=estimate, config=cfg,
+                         keep_jobs=keep_jobs)
+    res["policy"] = name
+    return res
+
+
+def summary(r: dict) -> dict:
+    keys = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "avg_wait_s", "p50_wait_s", "p95_wait_s",
+            "avg_wait_incl_lost_s", "p95_wait_incl_lost_s", "gpu_utilization_steady",
+            "jain_index", "preemptions", "lost_gpu_hours", "quota_violations",
+            "capacity_violations", "completed", "unschedulable", "stuck", "killed_at_limit")
+    return {k: r[k] for k in keys}
+
+
+def goals_of(res: dict) -> dict:
+    g, e, b = res["gantry"], res["easy"], res.get("before")
+    out = {
+        "avg_jct<=easy": g["avg_jct_s"] <= e["avg_jct_s"],
+        "p95_wait<=easy": g["p95_wait_s"] <= e["p95_wait_s"],
+        "jain>=0.9": g["jain_index"] >= 0.9,
+        "quota_violations==0": g["quota_violations"] == 0,
     }
+    if b is not None:
+        out["lost<=half_before"] = g["lost_gpu_hours"] <= 0.5 * b["lost_gpu_hours"]
+    return out
 
 
-def run_window(name, trace, vc_nodes, start, count, nodes_n, runs, estimate_variants):
+def _sweep_window(args):
+    trace_path, vc_path, start, count, nodes_n, estimate, before_ref = args
+    trace = _trace_cache(trace_path)
+    vc = load_vc_nodes(vc_path)
     jobs = window(trace, start, count)
     nodes = cluster(nodes_n)
-    quotas = philly_quotas(jobs, nodes, vc_nodes)
-    span = jobs[-1].submit_time - jobs[0].submit_time
-    meta = {
-        "window_start_job": start,
-        "jobs": len(jobs),
-        "arrival_span_h": round(span / 3600, 1),
-        "offered_gpu_hours": round(sum(j.duration * j.num_gpus for j in jobs) / 3600, 1),
-        "cluster_gpus": sum(n.gpus for n in nodes),
-        "nodes": nodes_n,
-        "quotas": {t: [q.guaranteed_gpus, q.borrow_limit_gpus] for t, q in quotas.items()},
-    }
-    out = {"setup": meta}
-    for policy, estimate in [("fifo", "oracle"), ("gantry", "oracle")] + [
-        ("gantry", e) for e in estimate_variants
-    ]:
-        key = f"{policy}" if estimate == "oracle" else f"{policy}_{estimate}_estimates"
-        print(f"  running {name}/{key} ...", flush=True)
-        res = run_simulation(jobs, nodes, quotas, policy, estimate=estimate)
-        res.pop("per_job", None)
-        out[key] = res
-        runs.append((f"{name}/{key}", res))
-    out["gantry_vs_fifo"] = compare(out["gantry"], out["fifo"])
+    quotas = philly_quotas(jobs, nodes, vc)
+    out = {"start": start, "offered_gpu_hours": round(sum(j.duration * j.num_gpus
+                                                          for j in jobs) / 3600, 1),
+           "arrival_span_h": round((jobs[-1].submit_time - jobs[0].submit_time) / 3600, 1)}
+    for name in SWEEP_POLICIES:
+        out[name] = summary(run_one(jobs, nodes, quotas, name, estimate, before_ref))
+    out["goals"] = goals_of(out)
     return out
+
+
+_TRACE = {}
+
+
+def _trace_cache(path):
+    if path not in _TRACE:
+        _TRACE[path] = load_trace(path)
+    return _TRACE[path]
 
 
 def micro_benchmark(repeats: int, seed: int = 1) -> dict:
@@ -147,94 +227,191 @@ def micro_benchmark(repeats: int, seed: int = 1) -> dict:
     return out
 
 
-def print_table(runs) -> None:
-    cols = [("avg_jct_s", "avgJCT h", 3600), ("p95_jct_s", "p95JCT h", 3600),
-            ("avg_wait_s", "avgWait h", 3600), ("p95_wait_s", "p95Wait h", 3600),
-            ("gpu_utilization_until_last_arrival", "util", 1), ("jain_index", "Jain", 1),
-            ("preemptions", "preempt", 1), ("quota_violations", "violations", 1),
-            ("wall_s", "wall s", 1)]
-    width = max(len(n) for n, _ in runs) + 2
-    print("".join(["run".ljust(width)] + [c[1].rjust(11) for c in cols]))
-    for name, r in runs:
+COLS = [("avg_jct_s", "avgJCT h", 3600), ("p50_jct_s", "p50JCT h", 3600),
+        ("p95_jct_s", "p95JCT h", 3600), ("avg_wait_s", "avgWait h", 3600),
+        ("p50_wait_s", "p50Wait h", 3600), ("p95_wait_s", "p95Wait h", 3600),
+        ("avg_wait_incl_lost_s", "w+lost h", 3600), ("gpu_utilization_steady", "util", 1),
+        ("jain_index", "Jain", 1), ("preemptions", "preempt", 1),
+        ("lost_gpu_hours", "lostGPUh", 1), ("quota_violations", "quotaViol", 1),
+        ("killed_at_limit", "killed", 1)]
+
+
+def print_table(rows) -> None:
+    width = max(len(n) for n, _ in rows) + 2
+    print("".join(["policy".ljust(width)] + [c[1].rjust(10) for c in COLS]))
+    for name, r in rows:
         cells = []
-        for key, _, div in cols:
+        for key, _, div in COLS:
             v = r[key]
-            cells.append((f"{v / div:.2f}" if isinstance(v, float) else str(v)).rjust(11))
+            cells.append((f"{v / div:.2f}" if isinstance(v, float) else str(v)).rjust(10))
         print(name.ljust(width) + "".join(cells))
+
+
+def print_tenants(name: str, r: dict) -> None:
+    print(f"  per tenant ({name}):")
+    print("    tenant    guar  jobs  avgJCT h  p50JCT h  p95JCT h  p95Wait h  GPUh   fairGPUh "
+          " recv/fair  lostGPUh")
+    for t, row in r["tenants"].items():
+        if not row["jobs_completed"] and not row["gpu_hours"]:
+            continue
+        rf = row["received_over_fair"]
+        print(f"    {t:<9} {row['guaranteed_gpus']:>4} {row['jobs_completed']:>5} "
+              f"{row['avg_jct_s'] / 3600:>9.2f} {row['p50_jct_s'] / 3600:>9.2f} "
+              f"{row['p95_jct_s'] / 3600:>9.2f} {row['p95_wait_s'] / 3600:>10.2f} "
+              f"{row['gpu_hours']:>6.0f} {row['fair_gpu_hours']:>9.0f} "
+              f"{'-' if rf is None else f'{rf:.2f}':>10} {row['lost_gpu_hours']:>9.1f}")
+
+
+def write_jobs_csv(path: str, runs: dict) -> None:
+    fields = ["policy", "job_id", "tenant", "gpus", "submit", "first_start", "finish", "run_s",
+              "estimate_s", "killed_at_limit", "wait_s", "lost_s", "preemptions"]
+    with gzip.open(path, "wt", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(fields)
+        for name, res in runs.items():
+            for jid, row in (res.get("per_job") or {}).items():
+                w.writerow([name, jid] + [row[f] for f in fields[2:]])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--trace", choices=["philly", "alibaba"], default="philly")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scheduler.json"))
     ap.add_argument("--traces-dir", default=TRACES)
+    ap.add_argument("--estimate", choices=["realistic", "user", "oracle", "none"],
+                    default="realistic")
     ap.add_argument("--start", type=int, default=20_000)
-    ap.add_argument("--start2", type=int, default=30_000, help="second window; -1 to skip")
     ap.add_argument("--count", type=int, default=5_000)
     ap.add_argument("--nodes", type=int, default=32)
+    ap.add_argument("--sweep-nodes", type=int, default=8)
+    ap.add_argument("--sweep-count", type=int, default=1_000)
+    ap.add_argument("--sweep-starts", help="comma-separated window starts (default: all)")
+    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--no-main", action="store_true")
+    ap.add_argument("--processes", type=int, default=1)
+    ap.add_argument("--before-ref", default=BEFORE_REF)
     ap.add_argument("--micro-repeats", type=int, default=100)
     ap.add_argument("--no-micro", action="store_true")
     args = ap.parse_args(argv)
 
-    results: dict = {"trace": args.trace, "generated_by": "bench/simulate.py"}
-    runs: list = []
+    trace_path = os.path.join(args.traces_dir, "philly_vc.csv.gz")
+    vc_path = os.path.join(args.traces_dir, "philly_vc_nodes.csv")
+    trace = _trace_cache(trace_path)
+    vc_nodes = load_vc_nodes(vc_path)
+    results: dict = {
+        "trace": "philly",
+        "generated_by": "bench/simulate.py",
+        "estimate": args.estimate,
+        "trace_rows_skipped": trace.skip_counts,
+        "before_ref": args.before_ref,
+    }
     t0 = time.perf_counter()
     if not args.no_micro:
         print("  micro-benchmark: schedule() with 10,000 pending x 1,000 nodes ...", flush=True)
         results["schedule_micro_benchmark"] = micro_benchmark(args.micro_repeats)
-    if args.trace == "philly":
-        trace = load_trace(os.path.join(args.traces_dir, "philly_vc.csv.gz"))
-        vc_nodes = load_vc_nodes(os.path.join(args.traces_dir, "philly_vc_nodes.csv"))
-        results["main"] = run_window("philly", trace, vc_nodes, args.start, args.count,
-                                     args.nodes, runs, ["user"])
-        if args.start2 >= 0:
-            results["second_window"] = run_window("philly2", trace, vc_nodes, args.start2,
-                                                  args.count, args.nodes, runs, [])
-        main_cmp = results["main"]["gantry_vs_fifo"]
-        g = results["main"]["gantry"]
-        results["targets"] = {
-            "avg_jct_reduction>=0.30": main_cmp["avg_jct_reduction"] is not None
-            and main_cmp["avg_jct_reduction"] >= 0.30,
-            "avg_wait_reduction>=0.60": main_cmp["avg_wait_reduction"] is not None
-            and main_cmp["avg_wait_reduction"] >= 0.60,
-            "jain>=0.9": g["jain_index"] >= 0.9,
-            "quota_violations==0": g["quota_violations"] == 0
-            and results["main"]["fifo"]["quota_violations"] == 0,
-        }
-    else:
-        trace = load_trace(os.path.join(args.traces_dir, "alibaba_openb_week.csv"))
+
+    if not args.no_main:
+        jobs = window(trace, args.start, args.count)
         nodes = cluster(args.nodes)
-        total = sum(n.gpus for n in nodes)
-        quotas = {"default": Quota("default", total, 0)}
-        out = {"setup": {"jobs": len(trace), "cluster_gpus": total}}
-        for policy in ("fifo", "gantry"):
-            print(f"  running alibaba/{policy} ...", flush=True)
-            res = run_simulation(trace, nodes, quotas, policy)
-            res.pop("per_job", None)
-            out[policy] = res
-            runs.append((f"alibaba/{policy}", res))
-        out["gantry_vs_fifo"] = compare(out["gantry"], out["fifo"])
-        results["main"] = out
+        quotas = philly_quotas(jobs, nodes, vc_nodes)
+        main_runs = {}
+        for name in (*SWEEP_POLICIES, "gantry_live", "gantry_oracle"):
+            print(f"  reference window: {name} ...", flush=True)
+            main_runs[name] = run_one(jobs, nodes, quotas, name, args.estimate, args.before_ref,
+                                      keep_jobs=True)
+        ref = {
+            "setup": {
+                "window_start_job": args.start,
+                "jobs": len(jobs),
+                "arrival_span_h": round((jobs[-1].submit_time - jobs[0].submit_time) / 3600, 1),
+                "offered_gpu_hours": round(sum(j.duration * j.num_gpus for j in jobs) / 3600, 1),
+                "cluster_gpus": sum(n.gpus for n in nodes),
+                "nodes": args.nodes,
+                "quotas": {t: [q.guaranteed_gpus, q.borrow_limit_gpus] for t, q in quotas.items()},
+                "estimate": args.estimate,
+                "estimate_over_true_p50": main_runs["gantry"]["estimate_over_true_p50"],
+                "estimate_over_true_p90": main_runs["gantry"]["estimate_over_true_p90"],
+            },
+        }
+        for name, res in main_runs.items():
+            ref[name] = {k: v for k, v in res.items() if k != "per_job"}
+        ref["goals"] = goals_of(ref)
+        results["reference_window"] = ref
+        if args.out:
+            write_jobs_csv(os.path.splitext(args.out)[0] + ".jobs.csv.gz", main_runs)
+        print()
+        print(f"reference window: jobs {args.start}-{args.start + len(jobs) - 1}, "
+              f"{args.nodes} nodes, estimates {args.estimate} "
+              f"(estimate/true p50 {ref['setup']['estimate_over_true_p50']}, "
+              f"p90 {ref['setup']['estimate_over_true_p90']}); gantry_oracle uses true "
+              "durations (ORACLE)")
+        print_table([(n, r) for n, r in main_runs.items()])
+        for name in ("easy", "gantry"):
+            print_tenants(name, main_runs[name])
+        print("goals:", ref["goals"])
+
+    if not args.no_sweep:
+        starts = (
+            [int(x) for x in args.sweep_starts.split(",")]
+            if args.sweep_starts
+            else list(range(0, len(trace) - args.sweep_count + 1, args.sweep_count))
+        )
+        work = [(trace_path, vc_path, s, args.sweep_count, args.sweep_nodes, args.estimate,
+                 args.before_ref) for s in starts]
+        print(f"\n  sweep: {len(starts)} windows of {args.sweep_count} jobs on "
+              f"{args.sweep_nodes} nodes ...", flush=True)
+        rows = []
+        if args.processes > 1:
+            with Pool(args.processes) as pool:
+                for row in pool.imap(_sweep_window, work):
+                    rows.append(row)
+                    _print_sweep_row(row)
+        else:
+            for w in work:
+                row = _sweep_window(w)
+                rows.append(row)
+                _print_sweep_row(row)
+        lost = {p: round(sum(r[p]["lost_gpu_hours"] for r in rows), 1) for p in SWEEP_POLICIES}
+        failing = {k: [r["start"] for r in rows if not r["goals"][k]]
+                   for k in rows[0]["goals"]} if rows else {}
+        results["sweep"] = {
+            "setup": {"windows": len(rows), "jobs_per_window": args.sweep_count,
+                      "nodes": args.sweep_nodes, "estimate": args.estimate},
+            "windows_failing": failing,
+            "lost_gpu_hours_total": lost,
+            "lost_total<=half_before": lost["gantry"] <= 0.5 * lost["before"],
+            "windows": rows,
+        }
+        print("\nsweep: windows failing each goal:",
+              {k: len(v) for k, v in failing.items()}, "of", len(rows))
+        for k, v in failing.items():
+            if v:
+                print(f"  {k}: {v}")
+        print("  GPU-hours lost to preemption, all windows:", lost)
     results["bench_wall_s"] = round(time.perf_counter() - t0, 1)
 
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(results, fh, indent=1, sort_keys=False)
-    os.replace(tmp, args.out)
-
-    print()
-    print_table(runs)
-    for name in ("main", "second_window"):
-        if name in results:
-            print(f"{name}: gantry vs fifo {results[name]['gantry_vs_fifo']}")
-    if "targets" in results:
-        print("targets:", results["targets"])
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(results, fh, indent=1, sort_keys=False)
+        os.replace(tmp, args.out)
     for name, m in results.get("schedule_micro_benchmark", {}).items():
         print(f"schedule() {name}: p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms "
               f"({m['pending']} pending, {m['nodes']} nodes, {m['running']} running)")
-    print(f"wrote {args.out}")
+    if args.out:
+        print(f"wrote {args.out}")
     return 0
+
+
+def _print_sweep_row(row: dict) -> None:
+    def cell(p):
+        r = row[p]
+        return (f"{p}:{r['avg_jct_s'] / 3600:.2f}/{r['p95_wait_s'] / 3600:.2f}/"
+                f"J{r['jain_index']:.2f}/L{r['lost_gpu_hours']:.0f}")
+
+    bad = [k for k, v in row["goals"].items() if not v]
+    print(f"  {row['start']:>6} " + " ".join(cell(p) for p in SWEEP_POLICIES)
+          + (f"  MISSES {bad}" if bad else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -56,10 +56,15 @@ from jobs.states import ACTIVE, TERMINAL, JobState, transition
 
 ADMISSION_LOCK = 0x6A6F6273  # "jobs"
 # The live pass keeps immediate reclaim: the preemption guards the simulator measures with
-# (PolicyConfig's minimum runtime and reclaim work ratio) are off here, so a tenant within its
+# (PolicyConfig's minimum runtime and reclaim_* settings) are off here, so a tenant within its
 # guarantee gets borrowed GPUs back at once, as the docs and tests/jobs/test_scheduling.py
 # promise. Turning them on live is a product decision (bench/results/scheduler.json has both).
-POLICY = PolicyConfig(min_runtime_before_preempt_s=0.0, reclaim_work_ratio=math.inf)
+POLICY = PolicyConfig(
+    min_runtime_before_preempt_s=0.0,
+    reclaim_after_wait_s=0.0,
+    reclaim_work_ratio=math.inf,
+    reclaim_min_remaining_s=0.0,
+)
 NEVER = "it can never run as submitted"
 UNBOUNDED = 1 << 20  # GPUs: more than any cluster has
 

@@ -183,19 +183,25 @@ class PolicyConfig:
     # Ranking (see _Ranker): seconds of queue position one second of estimated runtime
     # costs, up to the cap (a job without an estimate: the queue's median estimate) ...
     runtime_weight: float = 1.0
-    runtime_cap_s: float = 4 * 3600.0
+    runtime_cap_s: float = 3600.0
     # The runtime term fades linearly with the job's age and is gone at this age, so a long
     # job that has waited this long is ranked by submit time (and fair share) alone.
-    runtime_age_s: float = 4 * 3600.0
+    runtime_age_s: float = 2 * 3600.0
     # ... and seconds of queue position per doubling of a tenant's service over its share.
     fair_share_s: float = 600.0
+    # A job that fits in its tenant's guarantee (GPUs running now) moves this far ahead: idle
+    # guaranteed capacity goes to its owner before anyone borrows, so reclaim is rarely needed.
+    guarantee_boost_s: float = 3600.0
     # A running job younger than this is not preempted (limits thrashing).
     min_runtime_before_preempt_s: float = 600.0
-    # A job within its tenant's guarantee reclaims borrowed GPUs only after waiting this long.
-    reclaim_after_wait_s: float = 0.0
+    # A job within its tenant's guarantee reclaims borrowed GPUs only after waiting this long
+    # (until then the guarantee boost gives it the GPUs that free up first).
+    reclaim_after_wait_s: float = 4 * 3600.0
     # Reclaim preempts a borrowed job only if the work it loses (GPU-seconds run) is at most
     # this times the claimant's GPUs x time waited (inf: any borrowed job).
     reclaim_work_ratio: float = 0.25
+    # ... and never one whose estimated end is nearer than this: it frees its GPUs soon anyway.
+    reclaim_min_remaining_s: float = 3600.0
     # Bound on the work spent on preemption searches in one pass.
     max_preemption_attempts: int = 16
 
@@ -596,7 +602,8 @@ class _Ranker:
     its original submit time, so it keeps its place.
     """
 
-    __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain")
+    __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
+                 "guar")
 
     def __init__(
         self, snapshot: Snapshot, common: _Common, cfg: PolicyConfig, now: float
@@ -636,6 +643,8 @@ class _Ranker:
         for t in queues:
             self.share[t] = _share(common.quotas.get(t))
             self.service[t] = hist.get(t, 0.0) / window + common.used_g.get(t, 0)
+        self.used = {t: common.used_g.get(t, 0) for t in queues}
+        self.guar = {t: (q.guaranteed_gpus if (q := common.quotas.get(t)) else 0) for t in queues}
         self.queues = queues
         self.pos = dict.fromkeys(queues, 0)
         self.ver = dict.fromkeys(queues, 0)
@@ -651,8 +660,11 @@ class _Ranker:
         q = self.queues[t]
         i = self.pos[t]
         if i < len(q):
-            negp, v, rid, _ = q[i]
-            heapq.heappush(self.heap, (negp, v + self._bonus(t), rid, t, self.ver[t]))
+            negp, v, rid, r = q[i]
+            v += self._bonus(t)
+            if self.used[t] + r.total_gpus <= self.guar[t]:
+                v -= self.cfg.guarantee_boost_s
+            heapq.heappush(self.heap, (negp, v, rid, t, self.ver[t]))
 
     def __iter__(self):
         if self.plain:
@@ -675,6 +687,7 @@ class _Ranker:
             return
         t = r.tenant
         self.service[t] += r.total_gpus
+        self.used[t] += r.total_gpus
         self.ver[t] += 1
         self._push(t)
 
@@ -775,7 +788,9 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
                 ok = vr.priority < r.priority
             elif rid in borrowed_ids:
                 ok = vr.priority < r.priority or (
-                    within and v.g * (now - v.rj.start_time) <= max_loss
+                    within
+                    and v.g * (now - v.rj.start_time) <= max_loss
+                    and v.end - now >= cfg.reclaim_min_remaining_s
                 )
             else:
                 ok = False

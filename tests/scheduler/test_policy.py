@@ -31,7 +31,8 @@ def job(jid: str, tenant: str = "a", gpus: int = 1, workers: int = 1, *, prio: i
 
 # Preemption without the guards (minimum runtime, reclaim work ratio): what the unit tests of
 # victim selection exercise; the guards have their own test.
-IMMEDIATE = PolicyConfig(min_runtime_before_preempt_s=0.0, reclaim_work_ratio=float("inf"))
+IMMEDIATE = PolicyConfig(min_runtime_before_preempt_s=0.0, reclaim_after_wait_s=0.0,
+                         reclaim_work_ratio=float("inf"), reclaim_min_remaining_s=0.0)
 
 
 def running(req: JobRequest, placement: dict[str, int], start: float = 0.0) -> RunningJob:
@@ -131,26 +132,40 @@ def test_reclaim_preempts_borrowed_jobs_just_enough():
 def test_reclaim_guards_minimum_runtime_and_least_work_lost():
     nodes = [node("n0"), node("n1")]
     quotas = {"a": Quota("a", 8, 8), "b": Quota("b", 8, 8)}
-    b_jobs = [
-        running(job("b-g1", "b", gpus=4), {"n0": 1}, start=-9000),  # within b's guarantee
-        running(job("b-g2", "b", gpus=4), {"n0": 1}, start=-8000),
-        running(job("b-big", "b", gpus=4), {"n1": 1}, start=-3000),  # borrowed, 12,000 GPU-s
-        running(job("b-young", "b", gpus=4), {"n1": 1}, start=-300),  # borrowed, too young
-    ]
-    cfg = PolicyConfig()  # defaults: 600 s minimum runtime, reclaim work ratio 0.25
-    # Just submitted: it has lost nothing by waiting, so it may throw nothing away.
-    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=4, submit=0)]), 0, cfg)
+
+    def b_jobs(big_est=None):
+        return [
+            running(job("b-g1", "b", gpus=4, est=None), {"n0": 1}, start=-9000),  # guaranteed
+            running(job("b-g2", "b", gpus=4, est=None), {"n0": 1}, start=-8000),
+            running(job("b-big", "b", gpus=4, est=big_est), {"n1": 1}, start=-3000),  # borrowed
+            running(job("b-young", "b", gpus=4, est=None), {"n1": 1}, start=-300),  # too young
+        ]
+
+    cfg = PolicyConfig()  # defaults: 600 s runtime, 4 h wait, work ratio 0.25, 1 h remaining
+
+    def claim(waited):
+        return schedule(Snapshot(nodes, quotas, b_jobs(), [job("a1", "a", gpus=4,
+                                                                  submit=-waited)]), 0, cfg)
+
+    # Waited less than 4 h: no reclaim (the guarantee boost gives it the next free GPUs).
+    d = claim(14_399)
     assert d.preempt == [] and d.waiting["a1"].code == "capacity"
-    # A claimant that has waited 12,000 s with 4 GPUs (x 0.25 = 12,000 GPU-s) may take the
-    # borrowed job that loses least among those past the minimum runtime (b-big: 4 GPUs x
-    # 3,000 s); the 300 s old borrowed job is spared, b's jobs within its guarantee too.
-    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=4, submit=-11_000)]), 0,
-                 cfg)
-    assert d.preempt == [] and d.admit == []
-    d = schedule(Snapshot(nodes, quotas, b_jobs, [job("a1", "a", gpus=4, submit=-12_000)]), 0,
-                 cfg)
+    # Waited 4 h with 4 GPUs (x 0.25 = 14,400 GPU-s): it takes the borrowed job that loses
+    # least among those past the minimum runtime (b-big: 4 GPUs x 3,000 s); the 300 s old
+    # borrowed job is spared, b's jobs within its guarantee too.
+    d = claim(14_400)
     assert [j for j, _ in d.preempt] == ["b-big"]
     assert d.admit == [("a1", {"n1": 1})]
+    # A borrowed job estimated to end within the hour is left to finish.
+    d = schedule(Snapshot(nodes, quotas, b_jobs(big_est=3000 + 3599),
+                          [job("a1", "a", gpus=4, submit=-14_400)]), 0, cfg)
+    assert d.preempt == []
+    # Work lost above a quarter of the claimant's GPU-time waited: not yet.
+    older = [*b_jobs()[:2], running(job("b-big", "b", gpus=4, est=None), {"n1": 1}, start=-3601),
+             b_jobs()[3]]
+    d = schedule(Snapshot(nodes, quotas, older, [job("a1", "a", gpus=4, submit=-14_400)]), 0,
+                 cfg)
+    assert d.preempt == []
 
 
 def test_no_reclaim_of_jobs_within_guarantee():

@@ -77,7 +77,8 @@ def test_preempted_jobs_requeue_and_finish():
     quotas = {"a": Quota("a", 8, 8), "b": Quota("b", 8, 8)}
     trace = [TraceJob(f"b{i}", 0, 5000, 4, "b") for i in range(4)]
     trace += [TraceJob("a0", 1000, 100, 8, "a")]
-    immediate = PolicyConfig(min_runtime_before_preempt_s=0, reclaim_work_ratio=float("inf"))
+    immediate = PolicyConfig(min_runtime_before_preempt_s=0, reclaim_after_wait_s=0,
+                             reclaim_work_ratio=float("inf"), reclaim_min_remaining_s=0)
     res = run_simulation(trace, nodes(2), quotas, "gantry", config=immediate)
     assert res["preemptions"] == 2
     assert res["completed"] == 5 and res["stuck"] == 0
