@@ -55,7 +55,7 @@ def wrk(url, seconds, connections, headers=()):
     """Requests per second and latency percentiles from wrk, or None when wrk is missing."""
     if not shutil.which("wrk"):
         return None
-    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", url]
+    cmd = ["wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s", "--latency", url]
     for header in headers:
         cmd[1:1] = ["-H", header]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
