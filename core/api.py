@@ -104,10 +104,13 @@ class MatrixPermission(permissions.BasePermission):
         if not (request.user and request.user.is_authenticated):
             return False
         action = self._action(view)
+        method = request.method.lower()
         action_map = getattr(view, "action_map", None)
-        if action is None and action_map is not None and request.method.lower() not in action_map:
-            # A method the route does not take (POST to a GET-only download): 405, as a
-            # view without the route's other methods would answer, not a missing rule.
+        if method not in view.http_method_names or (
+            action is None and action_map is not None and method not in action_map
+        ):
+            # A method the route does not take (POST to a GET-only download, PUT where
+            # only PATCH is offered): 405, as Django would answer, not a missing rule.
             raise exceptions.MethodNotAllowed(request.method)
         if action is None:
             raise exceptions.PermissionDenied(

@@ -85,3 +85,11 @@ def test_a_method_a_download_does_not_take_answers_405(api, job, method):
 def test_a_method_refused_is_still_refused_to_nobody(job):
     artifact = store(job, "model.bin")
     assert APIClient().post(f"/api/v1/artifacts/{artifact.pk}/download/").status_code in (401, 403)
+
+
+def test_a_method_the_viewset_turned_off_answers_405(api, owner, tenant):
+    from images import services as image_services
+
+    image = image_services.create_image(owner, tenant, name="base", reference="registry.example/base:1")
+    response = api.put(f"/api/v1/images/{image.pk}/", {"name": "x"}, format="json")
+    assert response.status_code == 405 and "PATCH" in response["Allow"]
