@@ -13,7 +13,13 @@ an empty bounding set and ``no_new_privs``. Inside it sees:
 * /usr and the /etc files programs need (not /etc/shadow, not ssh keys);
 * /proc of its own PID namespace, a minimal /dev, a /tmp of its own, its GPUs' nodes.
 
-The network namespace is shared: distributed workers rendezvous on 127.0.0.1.
+The network: with ``netns`` in the spec (Gantry always gives one), the command runs in
+that network namespace (``nsenter --net=<netns> bwrap …``): the job attempt's own, with
+loopback only, shared by the workers of one job (they rendezvous on 127.0.0.1) and by
+nothing else. The executor stays in the host's namespace to talk to Gantry; the command
+needs no network to Gantry: metrics and the preemption notice are files in the workdir,
+outputs are uploaded by the executor. A missing namespace stops the start: the command
+never falls back to the host's network.
 
 No ``--new-session``: the command must stay in the executor's process group so that
 SIGTERM-then-SIGKILL and the memory accounting (the group's RSS) reach it; the executor
@@ -78,7 +84,8 @@ def parse_spec(raw: str | None) -> dict[str, Any] | None:
 
     Keys: bwrap, setpriv (absolute paths), uid, gid (ints, not 0), read_only (host
     paths), devices (device nodes), shm (optional host directory for /dev/shm, shared
-    by the workers of one job)."""
+    by the workers of one job), netns and nsenter (optional, together: the network
+    namespace to run in, and the nsenter that enters it)."""
     if not raw:
         return None
     try:
@@ -101,9 +108,12 @@ def parse_spec(raw: str | None) -> dict[str, Any] | None:
             isinstance(p, str) and os.path.isabs(p) for p in value
         ):
             raise SandboxError(f"{SPEC_ENV}: {key} must be a list of absolute paths")
-    shm = spec.get("shm")
-    if shm is not None and not (isinstance(shm, str) and os.path.isabs(shm)):
-        raise SandboxError(f"{SPEC_ENV}: shm must be an absolute path")
+    for key in ("shm", "netns", "nsenter"):
+        value = spec.get(key)
+        if value is not None and not (isinstance(value, str) and os.path.isabs(value)):
+            raise SandboxError(f"{SPEC_ENV}: {key} must be an absolute path, not {value!r}")
+    if (spec.get("netns") is None) != (spec.get("nsenter") is None):
+        raise SandboxError(f"{SPEC_ENV}: netns and nsenter go together")
     return spec
 
 
@@ -146,7 +156,14 @@ def bwrap_argv(
     metrics_file: str,
     executor_package: str,
 ) -> list[str]:
-    """The argv that runs `command` sandboxed (a pure function: no file is touched)."""
+    """The argv that runs `command` sandboxed (no file is touched). Raises
+    FileNotFoundError when the spec's network namespace is gone."""
+    netns = spec.get("netns")
+    if netns and not os.path.exists(netns):
+        raise FileNotFoundError(
+            f"the job's network namespace {netns} is gone (the attempt was ended?); "
+            "the command does not run in the host's network"
+        )
     m = _Mounts()
     m.add("--ro-bind", "/usr", "/usr")
     for name in USR_LINKS:
@@ -179,7 +196,11 @@ def bwrap_argv(
     m.add("--ro-bind", state_dir, inside(state_dir, workdir))
     m.add("--bind", metrics_file, inside(metrics_file, workdir))
     uid, gid = str(spec["uid"]), str(spec["gid"])
+    # nsenter joins the namespace and execs bwrap (no fork: the pid stays the group's
+    # leader, which the executor signals and waits for).
+    enter = [spec["nsenter"], f"--net={netns}", "--"] if netns else []
     return [
+        *enter,
         spec["bwrap"],
         "--unshare-pid",
         "--unshare-ipc",

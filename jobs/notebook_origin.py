@@ -287,7 +287,6 @@ async def _enter(scope, send, pk: int, cookies):
 
 
 async def _relay(scope, receive, send, headers, target: proxy.NotebookTarget, session, sub: str):
-    method = scope["method"]
     upstream_headers = proxy.upstream_headers(headers, target.token)
     length = _header(headers, "content-length")
     if length is not None and length.isdigit():
@@ -297,7 +296,40 @@ async def _relay(scope, receive, send, headers, target: proxy.NotebookTarget, se
         content = _read_body(receive)
     else:
         content = None
-    client = _client()
+    if not target.uds:
+        return await _relay_with(
+            _client(), scope, send, upstream_headers, content, target, session, sub
+        )
+    # The local backend's notebook: over its Unix socket, a connection per request (the
+    # socket is checked each time, see proxy.open_notebook_socket).
+    try:
+        fd = proxy.open_notebook_socket(target)
+    except OSError as exc:
+        logger.warning("notebook of job %s is not answering: %r", session.job, exc)
+        return await _not_answering(send, session)
+    client = httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=f"/proc/self/fd/{fd}", verify=False),
+        follow_redirects=False,
+        trust_env=False,
+    )
+    try:
+        return await _relay_with(client, scope, send, upstream_headers, content, target, session, sub)
+    finally:
+        os.close(fd)
+        await client.aclose()
+
+
+async def _not_answering(send, session):
+    return await _page(
+        send, 502, "Notebook not answering",
+        "The notebook's server refused the connection. It may still be starting, or "
+        "it has stopped; try again in a moment or look at the job's log in Gantry.",
+        _gantry_job_link(session.job),
+    )
+
+
+async def _relay_with(client, scope, send, upstream_headers, content, target, session, sub):
+    method = scope["method"]
     query = scope.get("query_string", b"").decode("latin-1")
     request = client.build_request(
         method,
@@ -319,12 +351,7 @@ async def _relay(scope, receive, send, headers, target: proxy.NotebookTarget, se
         )
     except httpx.TransportError as exc:
         logger.warning("notebook of job %s is not answering: %r", session.job, exc)
-        return await _page(
-            send, 502, "Notebook not answering",
-            "The notebook's server refused the connection. It may still be starting, or "
-            "it has stopped; try again in a moment or look at the job's log in Gantry.",
-            _gantry_job_link(session.job),
-        )
+        return await _not_answering(send, session)
     try:
         await _send_response(send, method, upstream, target, session)
     finally:
@@ -335,7 +362,7 @@ async def _send_response(send, method, upstream: httpx.Response, target, session
     content_type = upstream.headers.get("content-type", "")
     textual = content_type.startswith(proxy.TEXTUAL_TYPES)
     status = upstream.status_code
-    upstream_origin = f"http://{target.host}:{target.port}"
+    upstream_origin = target.origin
     out: list[tuple[bytes, bytes]] = []
     for name, value in upstream.headers.multi_items():
         name = name.lower()

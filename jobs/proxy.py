@@ -58,8 +58,10 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -124,18 +126,48 @@ TEXTUAL_TYPES = ("text/", "application/json", "application/javascript", "applica
 
 
 class NotebookTarget(NamedTuple):
-    """Where a notebook server listens, and how to get in."""
+    """Where a notebook server listens, and how to get in: host and port (Kubernetes),
+    or a Unix socket (the local backend: JupyterLab runs in its job's network namespace,
+    out of reach by port), owned by `uid`."""
 
     host: str
     port: int
     token: str
     base_url: str  # "/jobs/<id>/lab/", the same path the notebook origin serves it under
+    uds: str = ""
+    uid: int = -1
+
+    @property
+    def origin(self) -> str:
+        """The upstream's own origin, as its Location headers may name it."""
+        if self.uds:
+            return "http://localhost"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
     def url(self, scheme: str, path: str, query: str = "") -> str:
         base = self.base_url if self.base_url.endswith("/") else self.base_url + "/"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        url = f"{scheme}://{host}:{self.port}{base}{escape_uri_path(path)}"
+        url = scheme + self.origin.removeprefix("http") + base + escape_uri_path(path)
         return f"{url}?{query}" if query else url
+
+
+def open_notebook_socket(target: NotebookTarget) -> int:
+    """An O_PATH descriptor of the notebook's Unix socket, for connecting to
+    ``/proc/self/fd/<fd>``; OSError when it is not there or not the notebook's.
+
+    The socket lies in the job's workdir, which the job owns: it could put a symbolic
+    link there to a socket of the host's (a container engine's, a database's), which
+    Gantry, as root, would follow and send the user's requests to. So the last
+    component is not followed, and it must be a socket of the notebook's own user (a job
+    cannot make one of another user's: it sees no other socket to link). Connecting
+    through the descriptor checks and connects the same inode, and keeps the address
+    short whatever the workdir's length."""
+    fd = os.open(target.uds, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != target.uid:
+        os.close(fd)
+        raise ConnectionRefusedError(f"{target.uds} is not the notebook's socket")
+    return fd
 
 
 # --- Origins --------------------------------------------------------------------------
@@ -237,8 +269,31 @@ def resolve_target(job) -> NotebookTarget | None:
     """Where the job's notebook listens, or None when it is not a running notebook."""
     from jobs.services import notebook_target
 
+    if job.backend == "local":
+        return _local_target(job)
     found = notebook_target(job)
     return None if found is None else NotebookTarget(*found)
+
+
+def _local_target(job) -> NotebookTarget | None:
+    """A local notebook: JupyterLab's Unix socket in rank 0's workdir, owned by the
+    workdir's owner (the job's user when sandboxed, Gantry's otherwise)."""
+    from jobs.backends.local import NOTEBOOK_SOCKET
+    from jobs.models import JobKind, JobWorker
+    from jobs.states import JobState
+
+    if job.kind != JobKind.NOTEBOOK or job.state != JobState.RUNNING:
+        return None
+    worker = JobWorker.objects.filter(job=job, rank=0).first()
+    if worker is None or not worker.workdir or not worker.notebook_token:
+        return None
+    try:
+        uid = os.lstat(worker.workdir).st_uid
+    except OSError:
+        return None
+    base = f"/jobs/{job.pk}/lab/"
+    uds = os.path.join(worker.workdir, NOTEBOOK_SOCKET)
+    return NotebookTarget("localhost", 0, worker.notebook_token, base, uds=uds, uid=uid)
 
 
 def record_activity(job) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 
 import websockets
@@ -52,6 +54,22 @@ def _check(session: proxy.NotebookSession):
     return proxy.lookup(session.user, session.job, session.auth_hash)
 
 
+async def _unix_socket(target) -> dict:
+    """connect()'s arguments for a notebook on a Unix socket: a socket connected through
+    the checked descriptor (proxy.open_notebook_socket)."""
+    fd = proxy.open_notebook_socket(target)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, f"/proc/self/fd/{fd}")
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.close(fd)
+    return {"unix": True, "sock": sock}
+
+
 class NotebookProxyConsumer(AsyncWebsocketConsumer):
     """Relay one websocket between a browser and the job's notebook server."""
 
@@ -77,8 +95,10 @@ class NotebookProxyConsumer(AsyncWebsocketConsumer):
         query = self.scope.get("query_string", b"").decode("latin-1")
         url = target.url("ws", notebook["path"], query)
         try:
+            via = await _unix_socket(target) if target.uds else {}
             self.upstream = await connect(
                 url,
+                **via,
                 additional_headers={"Authorization": f"token {target.token}"},
                 subprotocols=self.scope.get("subprotocols") or None,
                 open_timeout=OPEN_TIMEOUT,

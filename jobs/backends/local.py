@@ -2,9 +2,10 @@
 
 What the operating system enforces and what it does not:
 
-* GPUs: exclusive by convention. Each worker gets `CUDA_VISIBLE_DEVICES` with the
-  indices admission assigned to it (an empty value for CPU-only jobs); CUDA
-  honours it, but nothing stops a process from resetting the variable.
+* GPUs: each worker gets `CUDA_VISIBLE_DEVICES` naming the GPUs admission assigned
+  to it by UUID (``GPU-…``, from NVML or nvidia-smi; by index where UUIDs are not
+  known; an empty value for CPU-only jobs). Sandboxed, only those GPUs' device nodes
+  exist for it; unsandboxed, nothing stops a process from resetting the variable.
 * CPUs: enforced. The executor (and so the command and everything it starts) is
   pinned with `sched_setaffinity` to as many cores as the job asked for, and
   OMP/MKL/OpenBLAS thread pools are sized to match.
@@ -16,8 +17,11 @@ What the operating system enforces and what it does not:
 
 Isolation: when this machine can (root, bubblewrap), every worker's command runs in a
 sandbox (jobs/backends/sandbox.py decides, executor/sandbox.py wraps): its own uid, mount
-and PID namespaces, seeing its workdir, staged inputs, runtime and GPUs only. The
-executor stays outside, with the job token and the shared blob cache. Without a
+and PID namespaces, seeing its workdir, staged inputs, runtime and GPUs only, and a
+network namespace per job attempt with loopback only (its workers reach each other and
+nothing else). A notebook's JupyterLab listens on a Unix socket in its workdir, which the
+notebook origin connects to. The executor stays outside, with the job token and the
+shared blob cache. Without a
 sandbox, jobs of a second tenant are refused (GANTRY_ALLOW_UNISOLATED_JOBS=true
 accepts the risk).
 
@@ -56,6 +60,10 @@ EXECUTOR_PACKAGE = Path(settings.BASE_DIR) / "executor"
 # Variables of the platform's environment a job may see; everything else
 # (SECRET_KEY, DATABASE_URL, cloud credentials…) stays out of jobs.
 PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+# JupyterLab's socket, relative to the workdir (jobs/proxy.py connects to it).
+NOTEBOOK_SOCKET = ".notebook.sock"
+# Reconcile probes every job each minute; namespaces are swept at most this often.
+SWEEP_SECONDS = 30.0
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -212,6 +220,7 @@ class LocalBackend(Backend):
         self._gpus_at = 0.0
         # Executors this process started: polled so they do not linger as zombies.
         self._children: dict[int, subprocess.Popen] = {}
+        self._swept_at = float("-inf")  # when namespaces of ended attempts were last removed
 
     # -- capacity ------------------------------------------------------------------
     def gpus(self) -> tuple[Gpu, ...]:
@@ -297,8 +306,11 @@ class LocalBackend(Backend):
             "-m",
             "jupyterlab",
             "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={worker.port}",
+            # A Unix socket in the workdir (the command's working directory, sandboxed or
+            # not), not a port: in the job's network namespace a port is out of Gantry's
+            # reach, and nothing else may reach it. 0600: its user and root (Gantry) only.
+            f"--ServerApp.sock={NOTEBOOK_SOCKET}",
+            "--ServerApp.sock_mode=0600",
             # The token comes from JUPYTER_TOKEN (see environment()): argv shows in `ps`.
             f"--ServerApp.base_url=/jobs/{job.pk}/lab/",
             "--ServerApp.root_dir=.",
@@ -320,7 +332,7 @@ class LocalBackend(Backend):
         for var in THREAD_VARS:
             env.setdefault(var, str(job.cpus))
         gpus = (job.placement.get("gpus") or {}).get(str(worker.rank), [])
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpu_names(list(gpus)))
         env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"] or "none"
         if job.kind == "notebook":
             env["JUPYTER_TOKEN"] = worker.notebook_token
@@ -344,6 +356,15 @@ class LocalBackend(Backend):
                 }
             )
         return env
+
+    def gpu_names(self, indices: list[int]) -> list[str]:
+        """How CUDA_VISIBLE_DEVICES names these GPUs: their UUIDs where known (the
+        sandbox shows a worker only its GPUs' nodes, so CUDA may number them from 0
+        there), else the host's indices. Test GPUs (GANTRY_LOCAL_FAKE_GPUS) have none."""
+        if not indices or getattr(settings, "GANTRY_LOCAL_FAKE_GPUS", 0):
+            return [str(i) for i in indices]
+        uuids = sandbox.gpu_uuids(indices)
+        return uuids if uuids else [str(i) for i in indices]
 
     # -- processes -------------------------------------------------------------------
     def _pythonpath(self) -> Path:
@@ -393,6 +414,16 @@ class LocalBackend(Backend):
         pythonpath = self._pythonpath()
         base_env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
         base_env["PYTHONPATH"] = str(pythonpath)
+        netns = None
+        if boxed:
+            self.sweep_namespaces()
+            # One network namespace per attempt, shared by its workers: loopback only.
+            try:
+                netns = sandbox.create_namespace(
+                    sandbox.namespace_name(job.pk, job.attempt), sandbox.sandbox_status().ip
+                )
+            except (sandbox.NamespaceError, OSError, subprocess.SubprocessError) as exc:
+                raise RuntimeError(f"cannot make the job's network namespace: {exc}") from exc
         shm = None
         if boxed and job.kind == JobKind.DISTRIBUTED:
             # One /dev/shm for the workers of one gang (NCCL's shared-memory transport).
@@ -401,7 +432,8 @@ class LocalBackend(Backend):
             workdir = self.workdir(job, worker.rank)
             workdir.mkdir(parents=True, exist_ok=True)
             if job.kind == JobKind.NOTEBOOK:
-                worker.host, worker.port = "127.0.0.1", free_port()
+                # No host and port: JupyterLab listens on NOTEBOOK_SOCKET in the workdir.
+                worker.host, worker.port = "", None
                 worker.notebook_token = secrets.token_urlsafe(24)
             env = {
                 **base_env,
@@ -412,7 +444,7 @@ class LocalBackend(Backend):
             if boxed:
                 gpus = (job.placement.get("gpus") or {}).get(str(worker.rank), [])
                 env[sandbox.SPEC_ENV] = sandbox.worker_sandbox(
-                    job, self.interpreter(job.runtime), list(gpus), shm
+                    job, self.interpreter(job.runtime), list(gpus), shm, netns
                 )
             argv = [
                 sys.executable,
@@ -489,7 +521,35 @@ class LocalBackend(Backend):
     def kill(self, job, ranks=None) -> None:
         self._signal(job, ranks, signal.SIGKILL)
 
+    def sweep_namespaces(self) -> list[str]:
+        """Remove the network namespaces of attempts that are over (finished, lost,
+        requeued, retried): at every launch, after a restart (adopt) and on reconcile."""
+        from jobs.models import Job
+        from jobs.states import ACTIVE
+
+        found = sandbox.job_namespaces()
+        if not found:
+            return []
+        live = set(
+            Job.objects.filter(
+                pk__in={job_id for _, job_id, _ in found}, state__in=ACTIVE, backend=self.name
+            ).values_list("pk", "attempt")
+        )
+        removed = sandbox.sweep_namespaces(lambda job_id, attempt: (job_id, attempt) in live)
+        if removed:
+            logger.info("removed the network namespaces of ended attempts: %s", removed)
+        self._swept_at = time.monotonic()
+        return removed
+
+    def adopt(self, job) -> list[WorkerProbe]:
+        if time.monotonic() - self._swept_at > 1:  # once per adopt pass, not per job
+            self.sweep_namespaces()
+        return self.probe(job)
+
     def probe(self, job) -> list[WorkerProbe]:
+        if time.monotonic() - self._swept_at > SWEEP_SECONDS:
+            with contextlib.suppress(Exception):
+                self.sweep_namespaces()
         self._reap()
         probes = []
         for worker in self._workers(job, None):

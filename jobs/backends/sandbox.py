@@ -5,6 +5,14 @@ can, what a worker may see (its runtime, the configured read-only paths, its GPU
 which user it runs as, and what Gantry does when there is no sandbox: a warning at
 start-up and on the cluster page, and jobs of one tenant only unless
 GANTRY_ALLOW_UNISOLATED_JOBS=true.
+
+Network: each attempt of a job gets a network namespace of its own
+(``ip netns add gantry-job-<id>-<attempt>``) with only loopback up, shared by its
+workers (torchrun rendezvous on 127.0.0.1) and by nothing else: no route to the host's
+loopback services (PostgreSQL, Redis, Gantry), other jobs, or outside. The executors
+stay in the host's namespace (they talk to Gantry); only the sandboxed command enters
+it. The name carries the job and attempt, so namespaces whose attempt is over are
+found and removed (:func:`sweep_namespaces`), after a restart of the worker too.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ class SandboxStatus:
     reason: str  # why not, in plain words ("" when available)
     bwrap: str = ""
     setpriv: str = ""
+    ip: str = ""
+    nsenter: str = ""
 
 
 @functools.lru_cache(maxsize=4)
@@ -47,6 +57,13 @@ def _probe(mode: str) -> SandboxStatus:
         return SandboxStatus(False, "bubblewrap (bwrap) is not installed")
     if not setpriv:
         return SandboxStatus(False, "setpriv (util-linux) is not installed")
+    ip, nsenter = shutil.which("ip"), shutil.which("nsenter")
+    if not ip:
+        return SandboxStatus(
+            False, "iproute2 (ip) is not installed, so a job cannot get a network of its own"
+        )
+    if not nsenter:
+        return SandboxStatus(False, "nsenter (util-linux) is not installed")
     argv = [
         bwrap,
         "--unshare-pid",
@@ -79,7 +96,94 @@ def _probe(mode: str) -> SandboxStatus:
             "bubblewrap cannot make namespaces here"
             + (f" ({detail[-1]})" if detail else f" (exit code {done.returncode})"),
         )
-    return SandboxStatus(True, "", bwrap, setpriv)
+    probe = f"gantry-probe-{os.getpid()}"
+    try:
+        create_namespace(probe, ip)
+    except NamespaceError as exc:
+        return SandboxStatus(False, f"a job cannot get a network of its own: {exc}")
+    finally:
+        delete_namespace(probe, ip)
+    return SandboxStatus(True, "", bwrap, setpriv, ip, nsenter)
+
+
+# --- network namespaces ------------------------------------------------------------------
+
+NETNS_DIR = "/run/netns"  # where `ip netns` keeps its namespaces (bind mounts)
+NETNS_PREFIX = "gantry-job-"
+
+
+class NamespaceError(Exception):
+    """A job's network namespace could not be made; the message says why."""
+
+
+def namespace_name(job_pk: int, attempt: int) -> str:
+    return f"{NETNS_PREFIX}{job_pk}-{attempt}"
+
+
+def namespace_path(name: str) -> str:
+    return f"{NETNS_DIR}/{name}"
+
+
+def parse_namespace_name(name: str) -> tuple[int, int] | None:
+    """(job id, attempt) of a job's namespace name, None for any other name."""
+    if not name.startswith(NETNS_PREFIX):
+        return None
+    job, _, attempt = name[len(NETNS_PREFIX) :].partition("-")
+    if not (job.isdigit() and attempt.isdigit()):
+        return None
+    return int(job), int(attempt)
+
+
+def _ip(ip: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ip, *args], capture_output=True, text=True, timeout=20, check=False)
+
+
+def create_namespace(name: str, ip: str) -> str:
+    """Make the network namespace `name` (kept if it exists: a relaunch of the same
+    attempt) with loopback up and nothing else; its path, for nsenter."""
+    path = namespace_path(name)
+    if not os.path.exists(path):
+        done = _ip(ip, "netns", "add", name)
+        if done.returncode != 0 and "File exists" not in done.stderr:
+            raise NamespaceError(done.stderr.strip() or f"ip netns add: exit {done.returncode}")
+    done = _ip(ip, "-n", name, "link", "set", "lo", "up")
+    if done.returncode != 0:
+        raise NamespaceError(done.stderr.strip() or f"ip link set lo up: exit {done.returncode}")
+    return path
+
+
+def delete_namespace(name: str, ip: str) -> bool:
+    """Remove the namespace's name; processes still in it keep it until they end."""
+    if not os.path.exists(namespace_path(name)):
+        return False
+    return _ip(ip, "netns", "delete", name).returncode == 0
+
+
+def job_namespaces() -> list[tuple[str, int, int]]:
+    """(name, job id, attempt) of every job namespace on this machine."""
+    try:
+        names = os.listdir(NETNS_DIR)
+    except OSError:
+        return []
+    found = []
+    for name in sorted(names):
+        parsed = parse_namespace_name(name)
+        if parsed is not None:
+            found.append((name, *parsed))
+    return found
+
+
+def sweep_namespaces(live) -> list[str]:
+    """Remove the namespaces whose attempt is over: `live(job_id, attempt)` says which
+    are not. Orphans of a killed worker or a restart are found by their names."""
+    ip = shutil.which("ip")
+    removed = []
+    if not ip:
+        return removed
+    for name, job_id, attempt in job_namespaces():
+        if not live(job_id, attempt) and delete_namespace(name, ip):
+            removed.append(name)
+    return removed
 
 
 def sandbox_status() -> SandboxStatus:
@@ -160,6 +264,67 @@ def gpu_minors(gpu_indices: list[int]) -> list[int]:
             pynvml.nvmlShutdown()
 
 
+def gpu_uuids(gpu_indices: list[int]) -> list[str] | None:
+    """The UUIDs (``GPU-…``) of the GPUs with these NVML indices, or None when they are
+    not known (no NVML, no nvidia-smi, an index missing).
+
+    CUDA_VISIBLE_DEVICES names the assigned GPUs by UUID: inside the sandbox only their
+    /dev/nvidia<minor> nodes exist, so CUDA may enumerate those alone (as under Slurm's
+    device cgroups) and the host's index 3 may be nothing there; a UUID is unambiguous."""
+    if not gpu_indices:
+        return []
+    found = _uuids_from_nvml(gpu_indices)
+    if found is None:
+        found = _uuids_from_nvidia_smi(gpu_indices)
+    return found
+
+
+def _uuids_from_nvml(gpu_indices: list[int]) -> list[str] | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        uuids = []
+        for index in gpu_indices:
+            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
+            uuids.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
+        return uuids if all(u.startswith(("GPU-", "MIG-")) for u in uuids) else None
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _uuids_from_nvidia_smi(gpu_indices: list[int]) -> list[str] | None:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index,uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    by_index = {}
+    for line in out.splitlines():
+        index, _, uuid = (part.strip() for part in line.partition(","))
+        if index.isdigit() and uuid.startswith("GPU-"):
+            by_index[int(index)] = uuid
+    if not all(i in by_index for i in gpu_indices):
+        return None
+    return [by_index[i] for i in gpu_indices]
+
+
 # Control nodes every CUDA process needs, besides /dev/nvidia<minor> of its GPUs.
 NVIDIA_CONTROL = (
     "/dev/nvidiactl",
@@ -185,8 +350,11 @@ def gpu_devices(minors: list[int], dev: str = "/dev") -> list[str]:
     return nodes
 
 
-def worker_sandbox(job, interpreter: str, gpu_indices: list[int], shm: Path | None) -> str:
-    """GANTRY_SANDBOX for one worker's executor (JSON, see executor.sandbox.parse_spec)."""
+def worker_sandbox(
+    job, interpreter: str, gpu_indices: list[int], shm: Path | None, netns: str | None = None
+) -> str:
+    """GANTRY_SANDBOX for one worker's executor (JSON, see executor.sandbox.parse_spec).
+    `netns`: the path of the attempt's network namespace, entered with nsenter."""
     status = sandbox_status()
     read_only = [
         p
@@ -206,6 +374,9 @@ def worker_sandbox(job, interpreter: str, gpu_indices: list[int], shm: Path | No
     }
     if shm is not None:
         spec["shm"] = str(shm)
+    if netns is not None:
+        spec["netns"] = netns
+        spec["nsenter"] = status.nsenter
     return json.dumps(spec)
 
 

@@ -2,9 +2,9 @@
 real uvicorn, and a small client that behaves like a browser towards both origins.
 
 Nothing here replaces a component: JupyterLab is started with the flags the local
-backend gives it (`LocalBackend.notebook_command`), and a job "runs" it by its worker
-row pointing at it (host, port, token), which is what `jobs.services.notebook_target`
-reads.
+backend gives it (`LocalBackend.notebook_command`: a Unix socket in its working
+directory), and a job "runs" it by its worker row pointing at it (the workdir holding
+the socket, the token), which is what `jobs.proxy.resolve_target` reads.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import httpx
 from django.conf import settings
 
 from jobs import proxy
-from jobs.backends.local import LocalBackend
+from jobs.backends.local import NOTEBOOK_SOCKET, LocalBackend
 from jobs.models import Job, JobWorker
 from jobs.states import transition
 
@@ -40,14 +40,32 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until_up(url: str, what: str, process=None, log: Path | None = None, headers=None, timeout=90):
+def lab_get(target: proxy.NotebookTarget, path: str, timeout=5, **kwargs) -> httpx.Response:
+    """GET `path` of a JupyterLab directly (its token in `headers`), over its Unix socket
+    as the notebook origin connects (raises OSError / httpx.TransportError when down)."""
+    if not target.uds:
+        return httpx.get(target.url("http", path), timeout=timeout, **kwargs)
+    fd = proxy.open_notebook_socket(target)
+    try:
+        transport = httpx.HTTPTransport(uds=f"/proc/self/fd/{fd}")
+        with httpx.Client(transport=transport, trust_env=False) as client:
+            return client.get(target.url("http", path), timeout=timeout, **kwargs)
+    finally:
+        os.close(fd)
+
+
+def wait_until_up(url, what: str, process=None, log: Path | None = None, headers=None, timeout=90):
+    """Wait for `url` (or a NotebookTarget's api/status) to answer below 500."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            answer = httpx.get(url, headers=headers or {}, timeout=2)
+            if isinstance(url, proxy.NotebookTarget):
+                answer = lab_get(url, "api/status", timeout=2, headers=headers or {})
+            else:
+                answer = httpx.get(url, headers=headers or {}, timeout=2)
             if answer.status_code < 500:
                 return answer
-        except httpx.TransportError:
+        except (httpx.TransportError, OSError):
             pass
         if (process is not None and process.poll() is not None) or time.monotonic() > deadline:
             tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
@@ -61,8 +79,8 @@ def jupyterlab(home: Path, pk: int):
     the environment), in `home`/work; yields (NotebookTarget, process)."""
     root = home / "work"
     root.mkdir(parents=True, exist_ok=True)
-    port, token = free_port(), secrets.token_urlsafe(24)
-    job, worker = SimpleNamespace(pk=pk, runtime=""), SimpleNamespace(port=port)
+    token = secrets.token_urlsafe(24)
+    job, worker = SimpleNamespace(pk=pk, runtime=""), SimpleNamespace(port=None)
     argv = LocalBackend().notebook_command(job, worker)
     argv = [a for a in argv if a != "--ServerApp.root_dir=."] + [f"--ServerApp.root_dir={root}"]
     env = {
@@ -82,10 +100,13 @@ def jupyterlab(home: Path, pk: int):
         [sys.executable, *argv[1:]], env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    target = proxy.NotebookTarget("127.0.0.1", port, token, f"/jobs/{pk}/lab/")
+    target = proxy.NotebookTarget(
+        "localhost", 0, token, f"/jobs/{pk}/lab/",
+        uds=str(root / NOTEBOOK_SOCKET), uid=os.lstat(root).st_uid,
+    )
     try:
         wait_until_up(
-            target.url("http", "api/status"), "JupyterLab", server, log_path,
+            target, "JupyterLab", server, log_path,
             headers={"Authorization": f"token {token}"},
         )
         yield target, server
@@ -112,7 +133,12 @@ def run_notebook(job: Job, target: proxy.NotebookTarget) -> Job:
     JobWorker.objects.update_or_create(
         job=job,
         rank=0,
-        defaults={"host": target.host, "port": target.port, "notebook_token": target.token},
+        defaults={
+            "host": "",
+            "port": None,
+            "notebook_token": target.token,
+            "workdir": os.path.dirname(target.uds),
+        },
     )
     return job
 

@@ -1,11 +1,12 @@
 """A notebook job end to end: a real JupyterLab started by the local backend, reached
 only through the notebook origin (jobs/notebook_origin.py) with a ticket from Gantry."""
 
+import os
 import time
 
 import pytest
 
-from jobs import services
+from jobs import proxy, services
 from tests.jobs.conftest import wait_for
 from tests.jobs.notebooks import Browser, OriginServer
 
@@ -20,8 +21,11 @@ def test_notebook_job_serves_jupyterlab_to_who_may_exec(
     job = services.submit_job(owner, project, kind="notebook", name="explore")
     wait_for(job, "running", "failed")
     assert job.state == "running", job.state_reason
-    host, port, token, base_url = services.notebook_target(job)
-    assert host == "127.0.0.1" and base_url == f"/jobs/{job.pk}/lab/"
+    target = proxy.resolve_target(job)
+    token = target.token
+    # JupyterLab listens on a Unix socket in its workdir, owned by the job's user.
+    assert target.uds == os.path.join(job.worker_set.get().workdir, ".notebook.sock")
+    assert target.base_url == f"/jobs/{job.pk}/lab/"
 
     def signed_in(user):
         client = Client()
@@ -56,4 +60,4 @@ def test_notebook_job_serves_jupyterlab_to_who_may_exec(
 
     services.cancel_job(owner, job)
     wait_for(job, "cancelled")
-    assert services.notebook_target(job) is None
+    assert proxy.resolve_target(job) is None

@@ -21,7 +21,6 @@ from tests.jobs.notebooks import (
     KERNEL_PROTOCOL,
     Browser,
     OriginServer,
-    free_port,
     jupyterlab,
     run_notebook,
 )
@@ -185,9 +184,12 @@ def test_an_expired_ticket_opens_nothing(notebook, browser_for, owner, monkeypat
     assert proxy.SESSION_COOKIE not in browser.jars[1]
 
 
-def test_a_ticket_for_one_job_does_not_open_another(notebook, browser_for, owner, project):
+def test_a_ticket_for_one_job_does_not_open_another(
+    notebook, browser_for, owner, project, tmp_path
+):
     other = services.submit_job(owner, project, kind="notebook", name="b")
-    run_notebook(other, proxy.NotebookTarget("127.0.0.1", free_port(), "t", "/jobs/2/lab/"))
+    socket = str(tmp_path / ".notebook.sock")
+    run_notebook(other, proxy.NotebookTarget("localhost", 0, "t", "/jobs/2/lab/", uds=socket))
     browser = browser_for(owner)
     ticket = browser.ticket_for(1)
     browser.jars[other.pk] = dict(browser.jars[1])  # even with the right state cookie there
@@ -376,10 +378,10 @@ def test_cross_origin_post_is_refused_even_with_the_token(notebook, browser_for,
     assert kernel_ids(browser) == before
 
 
-def test_unreachable_notebook_answers_502(notebook, browser_for, owner):
+def test_unreachable_notebook_answers_502(notebook, browser_for, owner, tmp_path):
     browser = browser_for(owner)
     browser.enter(1)
-    notebook.worker_set.update(port=free_port())
+    notebook.worker_set.update(workdir=str(tmp_path))  # no socket there
     response = browser.request("GET", 1, LAB + "api/status")
     assert response.status_code == 502
     assert "not answering" in response.text

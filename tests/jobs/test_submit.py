@@ -261,8 +261,10 @@ def test_notebook_target_is_none_until_the_notebook_runs(owner, project):
     from jobs.backends import get_backend
 
     worker = job.worker_set.get()
-    worker.port, worker.notebook_token = 8899, "secret"
+    worker.notebook_token = "secret"
     argv = get_backend().command(job, worker)
     assert argv[1:3] == ["-m", "jupyterlab"]
     assert f"--ServerApp.base_url=/jobs/{job.pk}/lab/" in argv
-    assert "--ServerApp.port=8899" in argv
+    # A Unix socket in its workdir, never a port (issue 18: a network namespace per job).
+    assert "--ServerApp.sock=.notebook.sock" in argv
+    assert not [a for a in argv if a.startswith(("--ServerApp.port", "--ServerApp.ip"))]
