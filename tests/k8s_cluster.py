@@ -113,6 +113,7 @@ class KubeCluster:
         self.token = secrets.token_hex(32)
         self.kubeconfig = self.dir / "kubeconfig"
         self.started_seconds: float | None = None
+        self.extra_apiserver_args: list[str] = []  # e.g. an audit log (bench/k8s_scale.py)
 
     # -- paths and addresses ---------------------------------------------------------
     @property
@@ -269,6 +270,7 @@ class KubeCluster:
             # Default admission plugins (NamespaceLifecycle, LimitRanger, ServiceAccount,
             # ResourceQuota, PodSecurity, ...) stay on: nothing is disabled.
             "--profiling=false",
+            *self.extra_apiserver_args,
         )
         self._wait("apiserver", lambda: self._get(self.server + "/readyz") == "ok")
 
