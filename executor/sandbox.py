@@ -13,13 +13,16 @@ an empty bounding set and ``no_new_privs``. Inside it sees:
 * /usr and the /etc files programs need (not /etc/shadow, not ssh keys);
 * /proc of its own PID namespace, a minimal /dev, a /tmp of its own, its GPUs' nodes.
 
-The network: with ``netns`` in the spec (Gantry always gives one), the command runs in
-that network namespace (``nsenter --net=<netns> bwrap …``): the job attempt's own, with
-loopback only, shared by the workers of one job (they rendezvous on 127.0.0.1) and by
-nothing else. The executor stays in the host's namespace to talk to Gantry; the command
-needs no network to Gantry: metrics and the preemption notice are files in the workdir,
-outputs are uploaded by the executor. A missing namespace stops the start: the command
-never falls back to the host's network.
+The network: with ``netns_fd`` in the spec (Gantry always gives one), the command runs
+in that network namespace (``nsenter --net=/proc/<executor>/fd/<n> bwrap …``): the job
+attempt's own, with loopback only, shared by the workers of one job (they rendezvous on
+127.0.0.1) and by nothing else. The executor inherits the namespace as that descriptor
+from Gantry and holds it while it lives, so the namespace ends with the last of its
+executors and commands (Gantry keeps no name for it). The executor itself stays in the
+host's namespace to talk to Gantry; the command needs no network to Gantry: metrics and
+the preemption notice are files in the workdir, outputs are uploaded by the executor.
+A descriptor that is not a network namespace other than the executor's own stops the
+start: the command never falls back to the host's network.
 
 No ``--new-session``: the command must stay in the executor's process group so that
 SIGTERM-then-SIGKILL and the memory accounting (the group's RSS) reach it; the executor
@@ -31,12 +34,15 @@ The spec comes from Gantry in GANTRY_SANDBOX (JSON), see :func:`parse_spec`.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
 from typing import Any
 
 SPEC_ENV = "GANTRY_SANDBOX"
+NS_GET_NSTYPE = 0xB703  # ioctl on a namespace descriptor: its CLONE_NEW* type
+CLONE_NEWNET = 0x40000000
 # Where the workdir appears inside: a neutral path, so nothing of the host's layout shows.
 WORKDIR = "/job"
 # Where the executor package (log_metric, preemption_requested) appears inside.
@@ -84,8 +90,8 @@ def parse_spec(raw: str | None) -> dict[str, Any] | None:
 
     Keys: bwrap, setpriv (absolute paths), uid, gid (ints, not 0), read_only (host
     paths), devices (device nodes), shm (optional host directory for /dev/shm, shared
-    by the workers of one job), netns and nsenter (optional, together: the network
-    namespace to run in, and the nsenter that enters it)."""
+    by the workers of one job), netns_fd and nsenter (optional, together: the inherited
+    descriptor of the network namespace to run in, and the nsenter that enters it)."""
     if not raw:
         return None
     try:
@@ -108,13 +114,31 @@ def parse_spec(raw: str | None) -> dict[str, Any] | None:
             isinstance(p, str) and os.path.isabs(p) for p in value
         ):
             raise SandboxError(f"{SPEC_ENV}: {key} must be a list of absolute paths")
-    for key in ("shm", "netns", "nsenter"):
+    for key in ("shm", "nsenter"):
         value = spec.get(key)
         if value is not None and not (isinstance(value, str) and os.path.isabs(value)):
             raise SandboxError(f"{SPEC_ENV}: {key} must be an absolute path, not {value!r}")
-    if (spec.get("netns") is None) != (spec.get("nsenter") is None):
-        raise SandboxError(f"{SPEC_ENV}: netns and nsenter go together")
+    fd = spec.get("netns_fd")
+    if fd is not None and (isinstance(fd, bool) or not isinstance(fd, int) or fd < 3):
+        raise SandboxError(f"{SPEC_ENV}: netns_fd must be a descriptor number (3 or more)")
+    if (fd is None) != (spec.get("nsenter") is None):
+        raise SandboxError(f"{SPEC_ENV}: netns_fd and nsenter go together")
     return spec
+
+
+def network_namespace(fd: int) -> str:
+    """The path nsenter enters the inherited network namespace by. OSError when `fd` is
+    not a network namespace, or is this process's own (the host's)."""
+    try:
+        kind = fcntl.ioctl(fd, NS_GET_NSTYPE)
+        inode = os.fstat(fd).st_ino
+    except OSError as exc:
+        raise OSError(f"descriptor {fd} is not the job's network namespace: {exc}") from exc
+    if kind != CLONE_NEWNET:
+        raise OSError(f"descriptor {fd} is not a network namespace")
+    if inode == os.stat("/proc/self/ns/net").st_ino:
+        raise OSError("the job's network namespace is the host's")
+    return f"/proc/{os.getpid()}/fd/{fd}"
 
 
 class _Mounts:
@@ -156,14 +180,10 @@ def bwrap_argv(
     metrics_file: str,
     executor_package: str,
 ) -> list[str]:
-    """The argv that runs `command` sandboxed (no file is touched). Raises
-    FileNotFoundError when the spec's network namespace is gone."""
-    netns = spec.get("netns")
-    if netns and not os.path.exists(netns):
-        raise FileNotFoundError(
-            f"the job's network namespace {netns} is gone (the attempt was ended?); "
-            "the command does not run in the host's network"
-        )
+    """The argv that runs `command` sandboxed (no file is touched). OSError when the
+    spec's network namespace is not one (see :func:`network_namespace`)."""
+    fd = spec.get("netns_fd")
+    netns = network_namespace(fd) if fd is not None else None
     m = _Mounts()
     m.add("--ro-bind", "/usr", "/usr")
     for name in USR_LINKS:

@@ -62,8 +62,6 @@ EXECUTOR_PACKAGE = Path(settings.BASE_DIR) / "executor"
 PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 # JupyterLab's socket, relative to the workdir (jobs/proxy.py connects to it).
 NOTEBOOK_SOCKET = ".notebook.sock"
-# Reconcile probes every job each minute; namespaces are swept at most this often.
-SWEEP_SECONDS = 30.0
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -220,7 +218,6 @@ class LocalBackend(Backend):
         self._gpus_at = 0.0
         # Executors this process started: polled so they do not linger as zombies.
         self._children: dict[int, subprocess.Popen] = {}
-        self._swept_at = float("-inf")  # when namespaces of ended attempts were last removed
 
     # -- capacity ------------------------------------------------------------------
     def gpus(self) -> tuple[Gpu, ...]:
@@ -405,8 +402,6 @@ class LocalBackend(Backend):
         return sandbox.isolation_refusal(project)
 
     def launch(self, job, token_for_rank) -> None:
-        from jobs.models import JobKind, JobWorker
-
         refusal = sandbox.isolation_refusal(job.project, exclude_job=job)
         if refusal:
             raise RuntimeError(refusal)
@@ -414,16 +409,28 @@ class LocalBackend(Backend):
         pythonpath = self._pythonpath()
         base_env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
         base_env["PYTHONPATH"] = str(pythonpath)
-        netns = None
+        netns_fd = netns_name = None
         if boxed:
             self.sweep_namespaces()
             # One network namespace per attempt, shared by its workers: loopback only.
+            # The executors inherit it as a descriptor; its name goes once they exist.
+            netns_name = sandbox.namespace_name(job.pk, job.attempt)
             try:
-                netns = sandbox.create_namespace(
-                    sandbox.namespace_name(job.pk, job.attempt), sandbox.sandbox_status().ip
-                )
+                path = sandbox.create_namespace(netns_name, sandbox.sandbox_status().ip)
+                netns_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except (sandbox.NamespaceError, OSError, subprocess.SubprocessError) as exc:
+                sandbox.delete_namespace(netns_name, sandbox.sandbox_status().ip)
                 raise RuntimeError(f"cannot make the job's network namespace: {exc}") from exc
+        try:
+            self._launch_workers(job, token_for_rank, boxed, base_env, netns_fd)
+        finally:
+            if netns_fd is not None:
+                os.close(netns_fd)
+                sandbox.delete_namespace(netns_name, sandbox.sandbox_status().ip)
+
+    def _launch_workers(self, job, token_for_rank, boxed, base_env, netns_fd) -> None:
+        from jobs.models import JobKind, JobWorker
+
         shm = None
         if boxed and job.kind == JobKind.DISTRIBUTED:
             # One /dev/shm for the workers of one gang (NCCL's shared-memory transport).
@@ -444,7 +451,7 @@ class LocalBackend(Backend):
             if boxed:
                 gpus = (job.placement.get("gpus") or {}).get(str(worker.rank), [])
                 env[sandbox.SPEC_ENV] = sandbox.worker_sandbox(
-                    job, self.interpreter(job.runtime), list(gpus), shm, netns
+                    job, self.interpreter(job.runtime), list(gpus), shm, netns_fd
                 )
             argv = [
                 sys.executable,
@@ -469,6 +476,7 @@ class LocalBackend(Backend):
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
+                    pass_fds=() if netns_fd is None else (netns_fd,),
                 )
             cpus = self._cpu_set(job, worker.rank)
             if cpus:
@@ -521,35 +529,15 @@ class LocalBackend(Backend):
     def kill(self, job, ranks=None) -> None:
         self._signal(job, ranks, signal.SIGKILL)
 
-    def sweep_namespaces(self) -> list[str]:
-        """Remove the network namespaces of attempts that are over (finished, lost,
-        requeued, retried): at every launch, after a restart (adopt) and on reconcile."""
-        from jobs.models import Job
-        from jobs.states import ACTIVE
-
-        found = sandbox.job_namespaces()
-        if not found:
-            return []
-        live = set(
-            Job.objects.filter(
-                pk__in={job_id for _, job_id, _ in found}, state__in=ACTIVE, backend=self.name
-            ).values_list("pk", "attempt")
-        )
-        removed = sandbox.sweep_namespaces(lambda job_id, attempt: (job_id, attempt) in live)
+    @staticmethod
+    def sweep_namespaces() -> list[str]:
+        """Remove network namespace names a crashed launch left behind (at each launch)."""
+        removed = sandbox.sweep_namespaces()
         if removed:
-            logger.info("removed the network namespaces of ended attempts: %s", removed)
-        self._swept_at = time.monotonic()
+            logger.warning("removed network namespaces left by a crashed launch: %s", removed)
         return removed
 
-    def adopt(self, job) -> list[WorkerProbe]:
-        if time.monotonic() - self._swept_at > 1:  # once per adopt pass, not per job
-            self.sweep_namespaces()
-        return self.probe(job)
-
     def probe(self, job) -> list[WorkerProbe]:
-        if time.monotonic() - self._swept_at > SWEEP_SECONDS:
-            with contextlib.suppress(Exception):
-                self.sweep_namespaces()
         self._reap()
         probes = []
         for worker in self._workers(job, None):

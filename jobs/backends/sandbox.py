@@ -6,13 +6,15 @@ which user it runs as, and what Gantry does when there is no sandbox: a warning 
 start-up and on the cluster page, and jobs of one tenant only unless
 GANTRY_ALLOW_UNISOLATED_JOBS=true.
 
-Network: each attempt of a job gets a network namespace of its own
-(``ip netns add gantry-job-<id>-<attempt>``) with only loopback up, shared by its
-workers (torchrun rendezvous on 127.0.0.1) and by nothing else: no route to the host's
-loopback services (PostgreSQL, Redis, Gantry), other jobs, or outside. The executors
-stay in the host's namespace (they talk to Gantry); only the sandboxed command enters
-it. The name carries the job and attempt, so namespaces whose attempt is over are
-found and removed (:func:`sweep_namespaces`), after a restart of the worker too.
+Network: each launch of a job attempt gets a network namespace of its own
+(``ip netns add gantry-job-<id>-<attempt>-<random>``) with only loopback up, shared by
+its workers (torchrun rendezvous on 127.0.0.1) and by nothing else: no route to the
+host's loopback services (PostgreSQL, Redis, Gantry), other jobs, or outside. The
+executors stay in the host's namespace (they talk to Gantry) and inherit the namespace
+as an open descriptor; only the sandboxed command enters it. Its name is removed as soon
+as the executors are started, so the namespace ends with the last of the attempt's
+processes, whatever becomes of Gantry's worker meanwhile; a name left by a launch that
+crashed half-way is found by its prefix and removed (:func:`sweep_namespaces`).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ import contextlib
 import functools
 import json
 import os
+import secrets
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,8 +120,13 @@ class NamespaceError(Exception):
     """A job's network namespace could not be made; the message says why."""
 
 
+# A name lives for one launch (milliseconds); older ones are what a crash left.
+ORPHAN_SECONDS = 600
+
+
 def namespace_name(job_pk: int, attempt: int) -> str:
-    return f"{NETNS_PREFIX}{job_pk}-{attempt}"
+    """Unique per launch: Gantry instances sharing a machine (tests) reuse job ids."""
+    return f"{NETNS_PREFIX}{job_pk}-{attempt}-{secrets.token_hex(4)}"
 
 
 def namespace_path(name: str) -> str:
@@ -128,10 +137,10 @@ def parse_namespace_name(name: str) -> tuple[int, int] | None:
     """(job id, attempt) of a job's namespace name, None for any other name."""
     if not name.startswith(NETNS_PREFIX):
         return None
-    job, _, attempt = name[len(NETNS_PREFIX) :].partition("-")
-    if not (job.isdigit() and attempt.isdigit()):
+    parts = name[len(NETNS_PREFIX) :].split("-")
+    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
         return None
-    return int(job), int(attempt)
+    return int(parts[0]), int(parts[1])
 
 
 def _ip(ip: str, *args: str) -> subprocess.CompletedProcess:
@@ -139,13 +148,11 @@ def _ip(ip: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def create_namespace(name: str, ip: str) -> str:
-    """Make the network namespace `name` (kept if it exists: a relaunch of the same
-    attempt) with loopback up and nothing else; its path, for nsenter."""
+    """Make the network namespace `name` with loopback up and nothing else; its path."""
     path = namespace_path(name)
-    if not os.path.exists(path):
-        done = _ip(ip, "netns", "add", name)
-        if done.returncode != 0 and "File exists" not in done.stderr:
-            raise NamespaceError(done.stderr.strip() or f"ip netns add: exit {done.returncode}")
+    done = _ip(ip, "netns", "add", name)
+    if done.returncode != 0:
+        raise NamespaceError(done.stderr.strip() or f"ip netns add: exit {done.returncode}")
     done = _ip(ip, "-n", name, "link", "set", "lo", "up")
     if done.returncode != 0:
         raise NamespaceError(done.stderr.strip() or f"ip link set lo up: exit {done.returncode}")
@@ -173,15 +180,21 @@ def job_namespaces() -> list[tuple[str, int, int]]:
     return found
 
 
-def sweep_namespaces(live) -> list[str]:
-    """Remove the namespaces whose attempt is over: `live(job_id, attempt)` says which
-    are not. Orphans of a killed worker or a restart are found by their names."""
+def sweep_namespaces(older_than: float = ORPHAN_SECONDS) -> list[str]:
+    """Remove the job namespace names a crashed launch left (any Gantry's on this
+    machine: a name is only needed while its launch runs). Processes in such a
+    namespace, if any, keep it; nothing new can enter it."""
     ip = shutil.which("ip")
-    removed = []
+    removed: list[str] = []
     if not ip:
         return removed
-    for name, job_id, attempt in job_namespaces():
-        if not live(job_id, attempt) and delete_namespace(name, ip):
+    now = time.time()
+    for name, _, _ in job_namespaces():
+        try:
+            age = now - os.lstat(namespace_path(name)).st_mtime
+        except OSError:
+            continue
+        if age > older_than and delete_namespace(name, ip):
             removed.append(name)
     return removed
 
@@ -351,10 +364,10 @@ def gpu_devices(minors: list[int], dev: str = "/dev") -> list[str]:
 
 
 def worker_sandbox(
-    job, interpreter: str, gpu_indices: list[int], shm: Path | None, netns: str | None = None
+    job, interpreter: str, gpu_indices: list[int], shm: Path | None, netns_fd: int | None = None
 ) -> str:
     """GANTRY_SANDBOX for one worker's executor (JSON, see executor.sandbox.parse_spec).
-    `netns`: the path of the attempt's network namespace, entered with nsenter."""
+    `netns_fd`: the descriptor of the attempt's network namespace the executor inherits."""
     status = sandbox_status()
     read_only = [
         p
@@ -374,8 +387,8 @@ def worker_sandbox(
     }
     if shm is not None:
         spec["shm"] = str(shm)
-    if netns is not None:
-        spec["netns"] = netns
+    if netns_fd is not None:
+        spec["netns_fd"] = netns_fd
         spec["nsenter"] = status.nsenter
     return json.dumps(spec)
 

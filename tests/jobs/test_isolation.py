@@ -10,23 +10,26 @@ bubblewrap, JupyterLab.
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import textwrap
-import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
-from jobs import services
+from jobs import proxy, services
 from jobs.backends import sandbox
 from jobs.backends.local import process_start_time
 from jobs.models import Artifact, JobWorker
 from jobs.queries import log_lines
 from tests.conftest import service_required
 from tests.jobs.conftest import wait_for, wait_until
+from tests.jobs.notebooks import lab_get
 
 pytestmark = pytest.mark.slow
 
@@ -68,12 +71,33 @@ attempt("SIGSTOP the notebook server", lambda: os.kill(targets["notebook_pid"], 
 
 
 def notebook_without_token():
-    url = f"http://127.0.0.1:{targets['notebook_port']}{targets['notebook_base']}api/sessions"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return response.status, response.read()[:100]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(targets["notebook_socket"])
+    sock.sendall(f"GET {targets['notebook_base']}api/sessions HTTP/1.0\r\n\r\n".encode())
+    return sock.recv(100)
 
 
 attempt("use the notebook's API without its token", notebook_without_token)
+
+
+def connect(host, port):
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(b"PING\r\n")
+        return sock.recv(100)
+
+
+for name, (host, port) in targets["connects"].items():
+    attempt("connect to " + name, lambda host=host, port=port: connect(host, port))
+
+# Loopback itself works: the job's own server, in the job's own namespace.
+own = socket.socket()
+own.bind(("127.0.0.1", 0))
+own.listen()
+with socket.create_connection(own.getsockname(), timeout=5):
+    print("own loopback works")
+with open("/proc/net/dev") as fh:
+    print("interfaces:", sorted(line.split(":")[0].strip() for line in fh if ":" in line))
 own = os.path.join(os.environ["GANTRY_OUTPUTS_DIR"], "report.json")
 with open(own, "w") as fh:
     json.dump(report, fh, indent=1)
@@ -81,9 +105,13 @@ print(f"{len(report)} attempts, {sum(r['outcome'] == 'refused' for r in report)}
 """
 
 VICTIM = """
-import os, time
+import os, socket, time
 with open(os.path.join(os.environ["GANTRY_OUTPUTS_DIR"], "weights.bin"), "w") as fh:
     fh.write({marker!r})
+server = socket.socket()  # a server on its loopback, as a rendezvous store would be
+server.bind(("127.0.0.1", 0))
+server.listen()
+open("port", "w").write(str(server.getsockname()[1]))
 open("ready", "w").close()
 time.sleep(600)
 """
@@ -203,8 +231,13 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
         ),
         what="tenant A's commands",
     )
-    lab_url = f"http://127.0.0.1:{lab.port}/jobs/{notebook.pk}/lab/api/status"
-    wait_until(lambda: _get(lab_url, lab.notebook_token) == 200, what="JupyterLab")
+    lab_target = proxy.resolve_target(notebook)
+    wait_until(lambda: _get(lab_target) == 200, what="JupyterLab")
+    # Listeners the job must not reach: on the host's loopback, and on every address.
+    victim_port = int((Path(victim_worker.workdir) / "port").read_text())
+    loopback = _listener("127.0.0.1")
+    anywhere = _listener("0.0.0.0")
+    host_ip = _host_address()
 
     # A stand-in for the django-q worker: a process with Gantry's environment.
     worker_secret = "postgres://gantry:" + secrets.token_hex(8) + "@127.0.0.1/gantry"
@@ -254,8 +287,18 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
             "kills": {"A's job": victim_worker.child_pid, "A's executor": victim_worker.pid},
             "probes": {"the web process": os.getpid(), "the django-q worker": qworker.pid},
             "notebook_pid": lab.child_pid,
-            "notebook_port": lab.port,
+            "notebook_socket": lab_target.uds,
             "notebook_base": f"/jobs/{notebook.pk}/lab/",
+            "connects": {
+                # Whatever listens on the host's loopback: here a stand-in, so that the
+                # test does not depend on PostgreSQL and Redis running; then their ports.
+                "a service on the host's loopback": ("127.0.0.1", loopback.getsockname()[1]),
+                "PostgreSQL (127.0.0.1:5432)": ("127.0.0.1", 5432),
+                "Redis (127.0.0.1:6379)": ("127.0.0.1", 6379),
+                "Gantry's web server": ("127.0.0.1", urlsplit(settings.GANTRY_URL).port),
+                "A's job's server on loopback": ("127.0.0.1", victim_port),
+                "a service on the host's own address": (host_ip, anywhere.getsockname()[1]),
+            },
         }
         (tmp_path / "targets.json").write_text(json.dumps(targets))
         adversary = tmp_path / "adversary.py"
@@ -283,6 +326,7 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
             + 2 * len(targets["kills"])
             + len(targets["probes"])
             + 2
+            + len(targets["connects"])
         )
         assert len(report) == expected
         text = json.dumps(report)
@@ -296,28 +340,53 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
         assert process_start_time(victim_worker.pid) == victim_worker.pid_start_time
         assert process_start_time(victim_worker.child_pid) == victim_worker.child_start_time
         assert status_of(lab.child_pid)["State"][0] != "T"  # not stopped
-        assert _get(lab_url, lab.notebook_token) == 200
+        assert _get(lab_target) == 200
+        # Nothing reached the listeners; the job's own loopback worked, with lo alone.
+        for listener in (loopback, anywhere):
+            listener.settimeout(0)
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+        stdout = [ln["text"] for ln in log_lines(attack) if ln["stream"] == "stdout"]
+        assert "own loopback works" in stdout
+        assert "interfaces: ['lo']" in stdout
         victim.refresh_from_db()
         assert victim.state == "running"
         assert (victim_dir / "outputs" / "weights.bin").read_text() == marker
     finally:
         qworker.kill()
         qworker.wait()
+        loopback.close()
+        anywhere.close()
     services.cancel_job(owner, victim)
     services.cancel_job(owner, notebook)
     wait_for(victim, "cancelled")
     wait_for(notebook, "cancelled")
 
 
-def _get(url, token):
-    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+def _get(target):
+    """JupyterLab's api/status over its Unix socket, with its token (as the origin)."""
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
+        answer = lab_get(target, "api/status", headers={"Authorization": f"token {target.token}"})
+    except (OSError, httpx.TransportError):
         return None
+    return answer.status_code
+
+
+def _listener(host):
+    sock = socket.socket()
+    sock.bind((host, 0))
+    sock.listen()
+    return sock
+
+
+def _host_address():
+    """This machine's address on its default route (not loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: a route lookup
+            return probe.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
 
 
 # --- without a sandbox ---------------------------------------------------------------
