@@ -386,11 +386,42 @@ def _gantry_job(labels: dict):
     return job, attempt
 
 
-def _record_node(job, pod) -> None:
+def _free_ids(kind: str, node: str, count: int, job, size: int) -> list[int]:
+    """`count` GPU indices or CPU slots on `node` that no other admitted or launched job
+    holds there (planned or recorded), from 0..size-1; where the cluster's scheduler has
+    filled the node beyond Gantry's plan, ids of this job's own, outside every node's
+    range (negative), so they never stand in another launch's way."""
+    from jobs.models import Job
+    from jobs.states import LAUNCHED, JobState
+
+    held: set[int] = set()
+    others = (
+        Job.objects.filter(state__in=(*LAUNCHED, JobState.ADMITTED), backend=job.backend)
+        .exclude(pk=job.pk)
+        .values_list("placement", flat=True)
+    )
+    for placement in others:
+        hosts = placement.get("hosts") or {}
+        for rank, ids in (placement.get(kind) or {}).items():
+            if hosts.get(rank) == node:
+                held.update(ids)
+    free = [i for i in range(size) if i not in held]
+    if len(free) >= count:
+        return free[:count]
+    return [-(job.pk * 1000 + k + 1) for k in range(count)]
+
+
+def _record_node(job, pod, backend=None) -> None:
     """Where a worker really runs. Admission planned `placement["hosts"]` (rank -> node)
     and `placement["nodes"]` (node -> workers); on Kubernetes the cluster's scheduler has
     the last word, so the plan is corrected to what it did: admission's accounting and
-    the cluster page then show the truth."""
+    the cluster page then show the truth.
+
+    A moved rank's GPU indices and CPU slots move with it: on its new node it gets ids
+    free there. Kept as planned, they would collide with those of jobs admitted onto
+    that node, whose launch then waited for this job to end ("starts when job #… has
+    freed its devices"): the scale benchmark's main delay. On Kubernetes they are
+    counters, not devices (the device plugin picks the GPUs)."""
     from collections import Counter
 
     from django.db import transaction
@@ -403,6 +434,11 @@ def _record_node(job, pod) -> None:
     rank = str(pod_rank(pod))
     if (job.placement.get("hosts") or {}).get(rank) == node:
         return
+    sizes = {"gpus": 0, "cpus": 0}
+    if backend is not None:
+        for known in backend.nodes():
+            if known.name == node:
+                sizes = {"gpus": int(known.gpus), "cpus": int(known.cpus)}
     with transaction.atomic():
         row = Job.objects.select_for_update().filter(pk=job.pk, attempt=job.attempt).first()
         if row is None:
@@ -411,6 +447,11 @@ def _record_node(job, pod) -> None:
         hosts = {**(placement.get("hosts") or {}), rank: node}
         placement["hosts"] = hosts
         placement["nodes"] = dict(Counter(hosts.values()))
+        for kind in ("gpus", "cpus"):
+            ids = (placement.get(kind) or {}).get(rank)
+            if ids:
+                moved = _free_ids(kind, node, len(ids), row, sizes[kind])
+                placement[kind] = {**placement[kind], rank: moved}
         Job.objects.filter(pk=job.pk).update(placement=placement)
         job.placement = placement
 
@@ -446,7 +487,7 @@ def on_pod_event(backend, ref, event_type: str, pod) -> str:
 
         services.reconcile_job(job)
         return "reconciled"
-    _record_node(job, pod)
+    _record_node(job, pod, backend)
     return observe_pod(job, pod, backend=backend, ref=ref).status
 
 

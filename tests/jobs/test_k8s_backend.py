@@ -596,3 +596,29 @@ def test_a_job_failed_by_its_pod_failure_policy_for_an_exit_code_is_failed(kube,
     job_watch().watch_once()
     job.refresh_from_db()
     assert (job.state, job.state_reason) == ("failed", f"Kubernetes failed the job (PodFailurePolicy: {message})")
+
+
+def test_a_worker_the_cluster_placed_elsewhere_blocks_no_launch(kube, owner, project):
+    """The scheduler put job a's pod on the node Gantry had planned for job b: a's GPU
+    ids move with it to ids free there, so b still launches at once (kept as planned,
+    they collided with b's and b waited for a to end)."""
+    kube.put("nodes", node("gpu-2", gpus=4, model="NVIDIA-A100-SXM4-80GB"))
+    a = job_services.submit_job(owner, project, command="python a.py", gpus=3)
+    b = job_services.submit_job(owner, project, command="python b.py", gpus=3)
+    admission_pass()
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert a.state == b.state == "admitted"
+    b_node = b.placement["hosts"]["0"]
+    assert a.placement["hosts"]["0"] != b_node
+    assert job_services.launch_job(a)
+    a.refresh_from_db()
+    running = pod_json(a, phase="Running", state={"running": {}}, node_name=b_node)
+    kube.script_watch("pods", event("MODIFIED", running, 701))
+    pod_watch(kube).watch_once()
+    a.refresh_from_db()
+    assert a.placement["hosts"] == {"0": b_node} and a.placement["nodes"] == {b_node: 1}
+    assert len(a.placement["gpus"]["0"]) == 3
+    assert not set(a.placement["gpus"]["0"]) & set(b.placement["gpus"]["0"])
+    assert job_services.device_holder(b) is None
+    assert job_services.launch_job(b)
