@@ -227,3 +227,75 @@ def test_a_sandboxed_command_cannot_write_the_executors_state(tmp_path):
     assert done.stdout.split("\n")[:2] == ["refused 30", "refused 16"]  # EROFS, EBUSY
     assert (workdir / "mine").read_text() == "ok"
     assert metrics.read_text() == "{}\n"
+
+
+# --- the network namespace -------------------------------------------------------------
+
+
+def test_the_command_enters_the_inherited_network_namespace_before_bwrap(tmp_path):
+    service_required("ip netns (root, iproute2)", shutil.which("ip") and os.geteuid() == 0)
+    name = f"gantry-test-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], check=True)
+    try:
+        spec = {**SPEC, "netns_fd": fd, "nsenter": "/usr/bin/nsenter"}
+        argv = argv_for(spec)
+        assert argv[:4] == [
+            "/usr/bin/nsenter",
+            f"--net=/proc/{os.getpid()}/fd/{fd}",
+            "--",
+            "/usr/bin/bwrap",
+        ]
+        # nsenter, without --fork for a network namespace, execs bwrap in its own pid.
+        assert "-F" not in argv[:3] and "--fork" not in argv[:3]
+        # The namespace lives while the descriptor is held, its name already gone.
+        inside = subprocess.run(
+            ["nsenter", f"--net=/proc/self/fd/{fd}", "cat", "/proc/net/dev"],
+            pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert sorted(
+            line.split(":")[0].strip() for line in inside.splitlines() if ":" in line
+        ) == ["lo"]
+    finally:
+        os.close(fd)
+
+
+def test_a_descriptor_that_is_not_a_separate_network_namespace_stops_the_start(tmp_path):
+    host = os.open("/proc/self/ns/net", os.O_RDONLY)
+    mounts_ns = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+    plain = os.open(tmp_path / "file", os.O_RDWR | os.O_CREAT)
+    try:
+        for fd, words in (
+            (host, "is the host's"),  # never the host's network
+            (mounts_ns, "not a network namespace"),
+            (plain, "not the job's network namespace"),
+        ):
+            with pytest.raises(OSError, match=words):
+                argv_for({**SPEC, "netns_fd": fd, "nsenter": "/usr/bin/nsenter"})
+        closed = plain
+        os.close(plain)
+        plain = None
+        with pytest.raises(OSError, match="not the job's network namespace"):
+            argv_for({**SPEC, "netns_fd": closed, "nsenter": "/usr/bin/nsenter"})
+    finally:
+        for fd in (host, mounts_ns, plain):
+            if fd is not None:
+                os.close(fd)
+
+
+def test_a_bad_network_namespace_spec_is_refused():
+    for extra, words in (
+        ({"netns_fd": 5}, "netns_fd and nsenter go together"),
+        ({"nsenter": "/usr/bin/nsenter"}, "netns_fd and nsenter go together"),
+        ({"netns_fd": 1, "nsenter": "/usr/bin/nsenter"}, "descriptor number"),
+        ({"netns_fd": "5", "nsenter": "/usr/bin/nsenter"}, "descriptor number"),
+        ({"netns_fd": 5, "nsenter": "nsenter"}, "nsenter must be an absolute path"),
+    ):
+        with pytest.raises(SandboxError, match=words):
+            parse_spec(json.dumps({**SPEC, **extra}))

@@ -83,8 +83,7 @@ attempt("use the notebook's API without its token", notebook_without_token)
 
 def connect(host, port):
     with socket.create_connection((host, port), timeout=5) as sock:
-        sock.sendall(b"PING\r\n")
-        return sock.recv(100)
+        return "connected", sock.getpeername()
 
 
 for name, (host, port) in targets["connects"].items():
@@ -172,6 +171,17 @@ def test_a_sandboxed_job_runs_as_its_own_user_in_its_own_namespaces(
     assert seen["NoNewPrivs"] == ["1"]
     assert len(seen["NSpid"]) == 2  # a PID namespace of its own
     assert os.readlink(f"/proc/{python[0]}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+    # A network namespace of its own, which its executor (outside it) holds open, and
+    # no longer has a name in /run/netns: it ends with the attempt's last process.
+    netns = os.readlink(f"/proc/{python[0]}/ns/net")
+    assert netns != os.readlink("/proc/self/ns/net")
+    assert os.readlink(f"/proc/{worker.pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    held = [
+        os.stat(f"/proc/{worker.pid}/fd/{fd}").st_ino for fd in os.listdir(f"/proc/{worker.pid}/fd")
+    ]
+    assert os.stat(f"/proc/{python[0]}/ns/net").st_ino in held
+    named = [os.stat(f"/run/netns/{n}").st_ino for n in os.listdir("/run/netns")]
+    assert os.stat(f"/proc/{python[0]}/ns/net").st_ino not in named
     # Its workdir is its own; the executor's state stays root's.
     workdir = Path(worker.workdir)
     assert workdir.stat().st_uid == uid
@@ -565,3 +575,113 @@ def test_gantry_appends_to_an_executor_log_only_if_it_is_still_its_own(tmp_path)
         with _open_log(log) as fh:
             fh.write(b"fresh\n")
         assert log.stat().st_uid == 0 and log.read_bytes() == b"fresh\n"
+
+
+# --- GPUs by UUID ------------------------------------------------------------------------
+# No GPU here: NVML and nvidia-smi are stood in for, as a GPU machine answers them.
+
+UUIDS = ["GPU-0aa1c3e4-0000-4000-8000-000000000000", "GPU-1bb2d4f5-1111-4111-8111-111111111111"]
+
+
+def _gpu_job(gpus):
+    import types
+
+    return types.SimpleNamespace(
+        env={}, parameters={}, cpus=1, kind="train", placement={"gpus": {"0": gpus}}
+    )
+
+
+def _fake_smi(tmp_path, monkeypatch, lines):
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir(exist_ok=True)
+    smi.write_text('#!/bin/sh\necho "$@" >> "$0.args"\ncat <<\'EOF\'\n' + lines + "EOF\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: nvidia-smi is asked
+    return smi
+
+
+def test_cuda_visible_devices_names_the_assigned_gpus_by_uuid_from_nvidia_smi(
+    settings, tmp_path, monkeypatch
+):
+    from jobs.backends.local import LocalBackend
+
+    settings.GANTRY_LOCAL_FAKE_GPUS = 0
+    smi = _fake_smi(tmp_path, monkeypatch, f"0, {UUIDS[0]}\n1, {UUIDS[1]}\n2, GPU-2\n")
+    env = LocalBackend().environment(_gpu_job([1, 0]), types_worker())
+    # Host index 1 may be device 0 inside the sandbox (only its node exists there).
+    assert env["CUDA_VISIBLE_DEVICES"] == f"{UUIDS[1]},{UUIDS[0]}"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == env["CUDA_VISIBLE_DEVICES"]
+    assert "--query-gpu=index,uuid" in (tmp_path / "bin" / "nvidia-smi.args").read_text()
+    # An index nvidia-smi does not list: indices, never a partial list.
+    assert LocalBackend().gpu_names([1, 5]) == ["1", "5"]
+    # A CPU-only worker: no GPU at all.
+    assert LocalBackend().environment(_gpu_job([]), types_worker())["CUDA_VISIBLE_DEVICES"] == ""
+    smi.unlink()  # neither NVML nor nvidia-smi: indices
+    assert LocalBackend().gpu_names([1]) == ["1"]
+
+
+def test_cuda_visible_devices_takes_uuids_from_nvml_first(settings, monkeypatch):
+    import types
+
+    from jobs.backends.local import LocalBackend
+
+    settings.GANTRY_LOCAL_FAKE_GPUS = 0
+    calls = []
+    nvml = types.SimpleNamespace(
+        nvmlInit=lambda: calls.append("init"),
+        nvmlShutdown=lambda: calls.append("shutdown"),
+        nvmlDeviceGetHandleByIndex=lambda i: ("handle", i),
+        nvmlDeviceGetUUID=lambda h: UUIDS[h[1]].encode(),  # older bindings give bytes
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    assert LocalBackend().gpu_names([1]) == [UUIDS[1]]
+    assert calls == ["init", "shutdown"]
+    settings.GANTRY_LOCAL_FAKE_GPUS = 2  # the tests' bookkeeping GPUs have no UUID
+    assert LocalBackend().gpu_names([1]) == ["1"]
+
+
+def types_worker(rank=0):
+    import types
+
+    return types.SimpleNamespace(rank=rank, notebook_token="")
+
+
+RENDEZVOUS = r"""
+import os, socket, time
+port = int(os.environ["MASTER_PORT"])
+print("netns", os.readlink("/proc/self/ns/net"))
+if os.environ["RANK"] == "0":
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen()
+    server.settimeout(120)
+    conn, _ = server.accept()
+    print("rank 0 got", conn.recv(100).decode())
+else:
+    for _ in range(600):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            break
+        except OSError:
+            time.sleep(0.2)
+    sock.sendall(b"hello from rank 1")
+"""
+
+
+def test_the_workers_of_one_job_share_a_loopback_no_one_else_has(
+    sandboxed, running_jobs, owner, project, tmp_path
+):
+    script = tmp_path / "rendezvous.py"
+    script.write_text(RENDEZVOUS)
+    job = services.submit_job(
+        owner, project, kind="distributed", workers=2, name="gang", command=f"python {script}"
+    )
+    wait_for(job, "succeeded", "failed")
+    lines = [(ln["worker"], ln["text"]) for ln in log_lines(job) if ln["stream"] == "stdout"]
+    assert job.state == "succeeded", (job.state_reason, lines)
+    assert (0, "rank 0 got hello from rank 1") in lines
+    namespaces = {text for _, text in lines if text.startswith("netns ")}
+    assert len(namespaces) == 1, lines  # one namespace for both workers
+    assert namespaces != {"netns " + os.readlink("/proc/self/ns/net")}  # not the host's
