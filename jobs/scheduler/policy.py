@@ -5,12 +5,15 @@ No Django, no I/O, no clocks: the live scheduler and the trace simulator call th
 
 Policy, in order of application (see ``schedule``):
 
-1. **Ranking.** Pending jobs are ordered by priority (higher first), then by weighted fair
-   share, then by submit time. Fair share is a weighted-fair-queueing *start tag*: for a
-   tenant's k-th pending job the score is ``(decayed GPU usage + GPUs running now + GPUs of
-   the tenant's k-1 pending jobs ranked ahead) / (weight * guaranteed GPUs)``; the least
-   served tenant goes first, and tenants interleave instead of one tenant draining its
-   whole backlog.
+1. **Ranking** (``_Ranker``). Pending jobs are ordered by priority (higher first), then by a
+   *virtual submit time*: the submit time, plus the job's estimated runtime capped at
+   ``runtime_cap_s`` (shortest expected runtime first; the term fades to nothing once the job
+   has waited ``runtime_age_s``, so long jobs age to the front), plus ``fair_share_s`` per
+   doubling of the tenant's attained service over its share (decayed GPU usage + GPUs running
+   now, including jobs admitted earlier in the pass, over weight x guaranteed GPUs), minus
+   ``guarantee_boost_s`` while the job fits in its tenant's guarantee. A tenant's *pending*
+   jobs do not count against it, so submitting many short jobs costs nothing. A preempted
+   job keeps its submit time, hence its place.
 2. **Quotas (Kueue cohort style).** A tenant never holds more than ``guaranteed +
    borrow_limit`` GPUs (nor more than ``max_cpus`` / ``max_memory_mb`` / ``max_jobs``).
    Anything above the guaranteed share is *borrowed*. Jobs are only ever placed on free
@@ -28,12 +31,17 @@ Policy, in order of application (see ``schedule``):
    (it may still use resources the reservation does not need, which cannot delay it).
 6. **Preemption.** A job whose tenant is within its guaranteed share may reclaim capacity
    from *borrowed* jobs of other tenants; any job may preempt lower-priority jobs of its
-   own tenant and lower-priority borrowed jobs of others. Victims are taken lowest
-   priority first, most recently started first, and the set is pruned to just enough.
+   own tenant and lower-priority borrowed jobs of others. No job is preempted before
+   ``min_runtime_before_preempt_s`` of runtime. Reclaim (same priority) is a last resort:
+   only after the claimant has waited ``reclaim_after_wait_s``, never of a job estimated to
+   end within ``reclaim_min_remaining_s``, and only of jobs whose lost work (GPUs x time run)
+   is at most ``reclaim_work_ratio`` x the claimant's GPUs x time waited. Victims are taken
+   lowest priority first, least work lost first, and the set is pruned to just enough.
    Whether a running job is borrowed is recomputed every pass: a tenant's running jobs
    fill its guarantee in (priority desc, start time asc) order, the rest are borrowed.
    Admissions in a decision may use resources of the jobs listed in ``preempt``: the
    executor must let those exit (SIGTERM + grace) before starting the admitted pods.
+   (Live admission runs with the reclaim guards off: ``jobs/admission.py``.)
 7. **Explanations.** Every job left waiting gets a code, a plain-words message, its 1-based
    position among waiting jobs and, where computable, an estimated start.
 """
@@ -192,11 +200,23 @@ class PolicyConfig:
     # A job that fits in its tenant's guarantee (GPUs running now) moves this far ahead: idle
     # guaranteed capacity goes to its owner before anyone borrows, so reclaim is rarely needed.
     guarantee_boost_s: float = 3600.0
+    # Highest-response-ratio-next ranking (replaces the additive runtime term when > 0): a
+    # job's virtual submit time is now - response_ratio_s x (waited + e) / e, where e is its
+    # estimate (at least min_estimate_s) x GPUs ** gpu_exponent; the tenant terms above add.
+    response_ratio_s: float = 3600.0
+    min_estimate_s: float = 900.0
+    gpu_exponent: float = 0.0
+    # Jobs that have waited fifo_age_s go first, in submit order (the tail guard); with
+    # fifo_head, so do all jobs until the first that cannot start (the EASY head). The rest
+    # go by rank.
+    fifo_head: bool = False
+    fifo_age_s: float = 2 * 3600.0
     # A running job younger than this is not preempted (limits thrashing).
     min_runtime_before_preempt_s: float = 600.0
     # A job within its tenant's guarantee reclaims borrowed GPUs only after waiting this long
-    # (until then the guarantee boost gives it the GPUs that free up first).
-    reclaim_after_wait_s: float = 4 * 3600.0
+    # (inf: never, Kueue's reclaimWithinCohort: Never; the guarantee boost gives it the GPUs
+    # that free up first instead). Live admission sets 0.
+    reclaim_after_wait_s: float = INF
     # Reclaim preempts a borrowed job only if the work it loses (GPU-seconds run) is at most
     # this times the claimant's GPUs x time waited (inf: any borrowed job).
     reclaim_work_ratio: float = 0.25
@@ -603,12 +623,14 @@ class _Ranker:
     """
 
     __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
-                 "guar")
+                 "guar", "head_found", "now")
 
     def __init__(
         self, snapshot: Snapshot, common: _Common, cfg: PolicyConfig, now: float
     ) -> None:
         self.cfg = cfg
+        self.head_found = lambda: False
+        self.now = now
         pend = list(snapshot.pending)
         self.plain = not cfg.fair_share
         if self.plain:
@@ -631,11 +653,15 @@ class _Ranker:
                 est = typical
             v = r.submit_time
             age = now - v
-            if age < age_limit:
+            if cfg.response_ratio_s > 0:
+                # Highest response ratio next: (waited + expected runtime) / expected runtime.
+                e = max(est, cfg.min_estimate_s) * (r.total_gpus or 1) ** cfg.gpu_exponent
+                v = now - cfg.response_ratio_s * (max(age, 0.0) + e) / e
+            elif age < age_limit:
                 v += w * min(est, cap) * (1.0 - age / age_limit)
-            queues.setdefault(r.tenant, []).append((-r.priority, v, r.id, r))
+            queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
         for q in queues.values():
-            q.sort(key=lambda x: (x[0], x[1], x[2]))
+            q.sort(key=lambda x: (x[0], x[1], x[2], x[3]))
         hist = snapshot.usage_history
         window = max(cfg.usage_window_s, 1e-9)
         self.service: dict[str, float] = {}
@@ -660,25 +686,40 @@ class _Ranker:
         q = self.queues[t]
         i = self.pos[t]
         if i < len(q):
-            negp, v, rid, r = q[i]
+            negp, v, sub, rid, r = q[i]
             v += self._bonus(t)
             if self.used[t] + r.total_gpus <= self.guar[t]:
                 v -= self.cfg.guarantee_boost_s
-            heapq.heappush(self.heap, (negp, v, rid, t, self.ver[t]))
+            heapq.heappush(self.heap, (negp, v, sub, rid, t, self.ver[t]))
 
     def __iter__(self):
         if self.plain:
             yield from self.queues[""]
             return
+        done: set[str] = set()
+        if self.cfg.fifo_head or self.cfg.fifo_age_s < INF:
+            # Submit order until the first job that neither starts nor is held by its own
+            # quota: that one gets the reservation (EASY), the rest are ranked below.
+            fifo = sorted((x[4] for q in self.queues.values() for x in q),
+                          key=lambda r: (-r.priority, r.submit_time, r.id))
+            for r in fifo:
+                if (not self.cfg.fifo_head or self.head_found()) and (
+                    self.now - r.submit_time < self.cfg.fifo_age_s
+                ):
+                    break
+                done.add(r.id)
+                yield r
         heap = self.heap
         while heap:
-            _, _, _, t, ver = heapq.heappop(heap)
+            _, _, _, _, t, ver = heapq.heappop(heap)
             if ver != self.ver[t]:
                 continue
             i = self.pos[t]
             self.pos[t] = i + 1
             self.ver[t] += 1
-            yield self.queues[t][i][3]
+            r = self.queues[t][i][4]
+            if r.id not in done:
+                yield r
             self._push(t)
 
     def admitted(self, r: JobRequest) -> None:
@@ -896,6 +937,7 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
     state_memo: dict[tuple, tuple[int, tuple[str, str, float | None]]] = {}
     preempt_failed: dict[tuple, tuple[int, int]] = {}
     version = 0
+    ranker.head_found = lambda: res_job is not None
     for r in ranker:
         order.append(r)
         rid = r.id

@@ -141,7 +141,11 @@ def test_reclaim_guards_minimum_runtime_and_least_work_lost():
             running(job("b-young", "b", gpus=4, est=None), {"n1": 1}, start=-300),  # too young
         ]
 
-    cfg = PolicyConfig()  # defaults: 600 s runtime, 4 h wait, work ratio 0.25, 1 h remaining
+    # By default nothing is reclaimed (the guarantee boost ranks the owner first instead).
+    d = schedule(Snapshot(nodes, quotas, b_jobs(), [job("a1", "a", gpus=4, submit=-10**6)]), 0)
+    assert d.preempt == [] and d.waiting["a1"].code == "capacity"
+    # Reclaim after 4 h; defaults: 600 s runtime, work ratio 0.25, 1 h remaining.
+    cfg = PolicyConfig(reclaim_after_wait_s=4 * 3600)
 
     def claim(waited):
         return schedule(Snapshot(nodes, quotas, b_jobs(), [job("a1", "a", gpus=4,
@@ -224,9 +228,7 @@ def test_easy_backfill_short_job_runs_long_job_is_held():
         assert w.code == "reserved_for_head"
         assert "held for the 16-GPU job ahead of it" in w.message
     assert "no runtime estimate" in d.waiting["noest"].message
-    # Shorter expected runtime first: "noest" counts as the queue's median estimate (500 s),
-    # so it ranks ahead of "long" (50,000 s, capped at 4 h), though submitted later.
-    assert [d.waiting[j].position for j in ("head", "noest", "long")] == [1, 2, 3]
+    assert [d.waiting[j].position for j in ("head", "long", "noest")] == [1, 2, 3]
 
 
 def test_backfill_may_use_resources_the_reservation_does_not_need():
