@@ -5,15 +5,18 @@ No Django, no I/O, no clocks: the live scheduler and the trace simulator call th
 
 Policy, in order of application (see ``schedule``):
 
-1. **Ranking** (``_Ranker``). Pending jobs are ordered by priority (higher first), then by a
-   *virtual submit time*: the submit time, plus the job's estimated runtime capped at
-   ``runtime_cap_s`` (shortest expected runtime first; the term fades to nothing once the job
-   has waited ``runtime_age_s``, so long jobs age to the front), plus ``fair_share_s`` per
-   doubling of the tenant's attained service over its share (decayed GPU usage + GPUs running
-   now, including jobs admitted earlier in the pass, over weight x guaranteed GPUs), minus
-   ``guarantee_boost_s`` while the job fits in its tenant's guarantee. A tenant's *pending*
-   jobs do not count against it, so submitting many short jobs costs nothing. A preempted
-   job keeps its submit time, hence its place.
+1. **Ranking** (``_Ranker``). Pending jobs are ordered by priority (higher first). Jobs
+   that have waited ``fifo_age_s`` (2 h) come next, in submit order: the tail guard. The
+   rest are ordered by a *virtual time*: highest response ratio next, ``now -
+   response_ratio_s x (waited + e) / e`` with ``e`` the job's estimate (its timeout; at least
+   ``min_estimate_s``; a job without one counts as the queue's median estimate), so short
+   jobs go first and long ones catch up as they wait; plus ``fair_share_s`` per doubling of
+   the tenant's attained service over its share (decayed GPU usage + GPUs running now,
+   including jobs admitted earlier in the pass, over weight x guaranteed GPUs); minus
+   ``guarantee_boost_s`` while the job fits in its tenant's guarantee, so idle guaranteed
+   GPUs go to their owner first. A tenant's *pending* jobs do not count against it, so
+   submitting many short jobs costs nothing. A preempted job keeps its submit time, hence
+   its place. (``response_ratio_s = 0`` selects an additive runtime term instead.)
 2. **Quotas (Kueue cohort style).** A tenant never holds more than ``guaranteed +
    borrow_limit`` GPUs (nor more than ``max_cpus`` / ``max_memory_mb`` / ``max_jobs``).
    Anything above the guaranteed share is *borrowed*. Jobs are only ever placed on free
@@ -32,16 +35,18 @@ Policy, in order of application (see ``schedule``):
 6. **Preemption.** A job whose tenant is within its guaranteed share may reclaim capacity
    from *borrowed* jobs of other tenants; any job may preempt lower-priority jobs of its
    own tenant and lower-priority borrowed jobs of others. No job is preempted before
-   ``min_runtime_before_preempt_s`` of runtime. Reclaim (same priority) is a last resort:
-   only after the claimant has waited ``reclaim_after_wait_s``, never of a job estimated to
-   end within ``reclaim_min_remaining_s``, and only of jobs whose lost work (GPUs x time run)
-   is at most ``reclaim_work_ratio`` x the claimant's GPUs x time waited. Victims are taken
+   ``min_runtime_before_preempt_s`` of runtime. Reclaim (same priority) is off by default
+   (``reclaim_after_wait_s = inf``, Kueue's ``reclaimWithinCohort: Never``: the guarantee
+   boost hands freed GPUs to the owner instead); where enabled it waits that long, never
+   takes a job estimated to end within ``reclaim_min_remaining_s``, and only jobs whose lost
+   work (GPUs x time run) is at most ``reclaim_work_ratio`` x the claimant's GPUs x time
+   waited. Victims are taken
    lowest priority first, least work lost first, and the set is pruned to just enough.
    Whether a running job is borrowed is recomputed every pass: a tenant's running jobs
    fill its guarantee in (priority desc, start time asc) order, the rest are borrowed.
    Admissions in a decision may use resources of the jobs listed in ``preempt``: the
    executor must let those exit (SIGTERM + grace) before starting the admitted pods.
-   (Live admission runs with the reclaim guards off: ``jobs/admission.py``.)
+   (Live admission reclaims at once, guards off: ``jobs/admission.py``.)
 7. **Explanations.** Every job left waiting gets a code, a plain-words message, its 1-based
    position among waiting jobs and, where computable, an estimated start.
 """
