@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -685,3 +686,19 @@ def test_the_workers_of_one_job_share_a_loopback_no_one_else_has(
     namespaces = {text for _, text in lines if text.startswith("netns ")}
     assert len(namespaces) == 1, lines  # one namespace for both workers
     assert namespaces != {"netns " + os.readlink("/proc/self/ns/net")}  # not the host's
+
+
+def test_a_namespace_name_left_by_a_crashed_launch_is_removed():
+    status = sandbox.sandbox_status()
+    service_required(f"the job sandbox ({status.reason})", status.available)
+    name = sandbox.namespace_name(99_999, 1)
+    assert sandbox.parse_namespace_name(name) == (99_999, 1)
+    assert sandbox.parse_namespace_name("gantry-probe-12") is None
+    path = sandbox.create_namespace(name, status.ip)
+    try:
+        assert name not in sandbox.sweep_namespaces()  # a launch in progress keeps it
+        age = time.time() - os.lstat(path).st_mtime
+        assert name in sandbox.sweep_namespaces(older_than=age - 0.001)
+        assert not os.path.exists(path)
+    finally:
+        sandbox.delete_namespace(name, status.ip)
