@@ -65,6 +65,15 @@ def binaries() -> Path:
     return path
 
 
+def _end_with_parent() -> None:
+    """In the child before exec: SIGKILL when the process that started it dies (a killed
+    test run leaves no control plane behind). Linux's prctl(PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -188,6 +197,7 @@ class KubeCluster:
             stdin=subprocess.DEVNULL,
             cwd=self.dir,
             start_new_session=True,
+            preexec_fn=_end_with_parent,
         )
 
     def _wait(self, name: str, check, timeout: float = START_TIMEOUT) -> None:
