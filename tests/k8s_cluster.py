@@ -27,6 +27,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -197,7 +198,11 @@ class KubeCluster:
             stdin=subprocess.DEVNULL,
             cwd=self.dir,
             start_new_session=True,
-            preexec_fn=_end_with_parent,
+            # PDEATHSIG follows the starting thread, not the process: only from the
+            # main thread (the restart test starts the API server from another one).
+            preexec_fn=_end_with_parent
+            if threading.current_thread() is threading.main_thread()
+            else None,
         )
 
     def _wait(self, name: str, check, timeout: float = START_TIMEOUT) -> None:
