@@ -347,6 +347,10 @@ class KubernetesBackend(Backend):
             "--ServerApp.root_dir=.",
             "--ServerApp.allow_remote_access=True",
             "--allow-root",
+            # Never sign a notebook trusted: one user's saved output must not run as
+            # script in another's browser (executor/notebook_trust.py, as on the local backend).
+            "--NotebookNotary.db_file=:memory:",
+            "--ContentsManager.pre_save_hook=executor.notebook_trust.never_trusted",
         ]
 
     def environment(self, job, worker) -> dict[str, str]:
