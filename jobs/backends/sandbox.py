@@ -240,6 +240,8 @@ def runtime_paths(interpreter: str) -> list[str]:
     cfg = venv / "pyvenv.cfg"
     if cfg.is_file():
         paths.append(str(venv.resolve()))
+        if venv.is_absolute() and str(venv) != paths[-1]:
+            paths.append(str(venv))  # a symlinked virtualenv: the interpreter's own path too
         for line in cfg.read_text(errors="replace").splitlines():
             key, _, value = line.partition("=")
             if key.strip() == "home" and value.strip():

@@ -36,6 +36,7 @@ def test_production_check_deploy_is_clean(tmp_path):
         "check", "--deploy", "--fail-level", "WARNING",
         GANTRY_ENV="production", SECRET_KEY="x" * 20 + "ProductionSecretKeyForTheCheck-0123456789abcdefgh",
         ALLOWED_HOSTS="gantry.example.org", DEBUG="false", GANTRY_DATA_DIR=str(tmp_path),
+        GANTRY_NOTEBOOK_ORIGIN="https://{job}.nb.gantry.example.org",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
