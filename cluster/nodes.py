@@ -8,12 +8,13 @@ there), and on Kubernetes an optional Prometheus that scrapes NVIDIA's DCGM expo
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 from collections import defaultdict
 
 from django.conf import settings
+
+from core.nvml import nvml_query
 
 logger = logging.getLogger(__name__)
 
@@ -44,28 +45,15 @@ def prometheus_gpu_utilization(url: str | None = None, timeout: float = 5.0) -> 
 
 def nvml_gpu_utilization() -> float | None:
     """Mean utilization (%) of this machine's GPUs, or None without NVML or GPUs."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        if not count:
-            return None
-        rates = [
-            pynvml.nvmlDeviceGetUtilizationRates(pynvml.nvmlDeviceGetHandleByIndex(i)).gpu
-            for i in range(count)
+
+    def rates(nvml) -> list[int]:
+        return [
+            nvml.nvmlDeviceGetUtilizationRates(nvml.nvmlDeviceGetHandleByIndex(i)).gpu
+            for i in range(nvml.nvmlDeviceGetCount())
         ]
-        return round(sum(rates) / len(rates), 1)
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+
+    found = nvml_query(rates)
+    return round(sum(found) / len(found), 1) if found else None
 
 
 def _holders(user) -> dict[tuple[str, str], list[dict]]:

@@ -50,6 +50,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from core.nvml import nvml_query
 from jobs.backends import sandbox
 from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
 from jobs.scheduler import Node
@@ -149,30 +150,15 @@ def _open_log(path: Path):
 
 
 def _gpus_from_nvml() -> tuple[Gpu, ...] | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            if isinstance(name, bytes):
-                name = name.decode(errors="replace")
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
-            gpus.append(Gpu(index=index, name=name, memory_mb=int(memory)))
-        return tuple(gpus)
-    except Exception as exc:
-        logger.warning("NVML failed while listing GPUs: %s", exc)
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+    def gpu(nvml, index: int) -> Gpu:
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        name = nvml.nvmlDeviceGetName(handle)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024)
+        return Gpu(index=index, name=name, memory_mb=int(memory))
+
+    return nvml_query(lambda nvml: tuple(gpu(nvml, i) for i in range(nvml.nvmlDeviceGetCount())))
 
 
 def _gpus_from_nvidia_smi() -> tuple[Gpu, ...]:

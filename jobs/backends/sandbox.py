@@ -19,7 +19,6 @@ crashed half-way is found by its prefix and removed (:func:`sweep_namespaces`).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -32,6 +31,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core import checks
+
+from core.nvml import nvml_query
 
 SPEC_ENV = "GANTRY_SANDBOX"  # read by the executor: executor/sandbox.py
 PROBE_UID = 65534  # nobody: the probe only checks that a uid can be dropped to
@@ -259,24 +260,13 @@ def runtime_paths(interpreter: str) -> list[str]:
 def gpu_minors(gpu_indices: list[int]) -> list[int]:
     """/dev/nvidia<minor> of each assigned GPU. NVML's index and the minor number agree
     on ordinary machines; NVML is asked when it is there."""
-    try:
-        import pynvml
-    except ImportError:
-        return list(gpu_indices)
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return list(gpu_indices)
-    try:
-        return [
-            int(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(i)))
+    minors = nvml_query(
+        lambda nvml: [
+            int(nvml.nvmlDeviceGetMinorNumber(nvml.nvmlDeviceGetHandleByIndex(i)))
             for i in gpu_indices
         ]
-    except Exception:
-        return list(gpu_indices)
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+    )
+    return list(gpu_indices) if minors is None else minors
 
 
 def gpu_uuids(gpu_indices: list[int]) -> list[str] | None:
@@ -295,25 +285,14 @@ def gpu_uuids(gpu_indices: list[int]) -> list[str] | None:
 
 
 def _uuids_from_nvml(gpu_indices: list[int]) -> list[str] | None:
-    try:
-        import pynvml
-    except ImportError:
+    def uuid(nvml, index: int) -> str:
+        value = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    uuids = nvml_query(lambda nvml: [uuid(nvml, index) for index in gpu_indices])
+    if uuids is None or not all(u.startswith(("GPU-", "MIG-")) for u in uuids):
         return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        uuids = []
-        for index in gpu_indices:
-            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
-            uuids.append(uuid.decode() if isinstance(uuid, bytes) else str(uuid))
-        return uuids if all(u.startswith(("GPU-", "MIG-")) for u in uuids) else None
-    except Exception:
-        return None
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+    return uuids
 
 
 def _uuids_from_nvidia_smi(gpu_indices: list[int]) -> list[str] | None:
