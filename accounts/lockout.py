@@ -9,6 +9,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.dispatch import receiver
 from django.shortcuts import render
 
+USERNAME_MAX_LENGTH = 150
 MESSAGE = "Too many failed sign-in attempts. Try again in {minutes} minutes."
 
 
@@ -16,7 +17,9 @@ def username(request, credentials) -> str:
     """Failures count per username whatever its case or surrounding spaces: "Olivia "
     is the same target as "olivia"."""
     raw = (credentials or {}).get("username") or request.POST.get("username") or ""
-    return raw.strip().lower()
+    # No username is longer (the User model's limit): a longer one is counted by its
+    # first 150 characters, and fits axes' column (255) on every database.
+    return str(raw).strip().lower()[:USERNAME_MAX_LENGTH]
 
 
 def client_ip(request) -> str | None:
