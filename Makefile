@@ -26,7 +26,7 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo
-	@echo "Open http://127.0.0.1:8000/ and sign in as admin (password: $${GANTRY_DEMO_PASSWORD:-gantry-demo})."
+	@echo "Open http://127.0.0.1:$${GANTRY_PORT:-8000}/ and sign in as admin (password: $${GANTRY_DEMO_PASSWORD:-gantry-demo})."
 	$(BIN)/python manage.py serve
 
 test: lint test-sqlite test-postgres

@@ -73,8 +73,13 @@ ALLOWED_HOSTS = _get(
     "list", "ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]", "testserver"]
 )
 CSRF_TRUSTED_ORIGINS = _get("list", "CSRF_TRUSTED_ORIGINS", [])
-# The address executors use to reach the API (jobs run outside the request cycle).
-GANTRY_URL = _get("str", "GANTRY_URL", "http://127.0.0.1:8000").rstrip("/")
+# The port `manage.py serve` (and so `make run`) listens on, and the address executors and
+# the notebook origin use to reach Gantry (jobs run outside the request cycle): by default
+# this machine on that port, so GANTRY_PORT alone moves both.
+GANTRY_PORT = _get("int", "GANTRY_PORT", 8000)
+if not 0 < GANTRY_PORT < 65536:
+    _fail("GANTRY_PORT", f"a TCP port, 1 to 65535, not {GANTRY_PORT}")
+GANTRY_URL = _get("str", "GANTRY_URL", f"http://127.0.0.1:{GANTRY_PORT}").rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -51,3 +51,15 @@ def test_postgresql_statements_are_prepared_unless_turned_off(value, prepared):
     result = manage("shell", "-c", show, **env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1].split() == (["True", "5"] if prepared else ["None", "None"])
+
+
+def test_gantry_port_alone_moves_the_address_jobs_call_back():
+    # `GANTRY_PORT=8100 make run`: executors and the notebook origin must call 8100, not 8000.
+    show = "from django.conf import settings as s; print(s.GANTRY_PORT, s.GANTRY_URL)"
+    result = manage("shell", "-c", show, GANTRY_PORT="8100")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["8100", "http://127.0.0.1:8100"]
+    result = manage("shell", "-c", show, GANTRY_PORT="8100", GANTRY_URL="https://gantry.example.org")
+    assert result.stdout.split()[-1] == "https://gantry.example.org"
+    result = manage("check", GANTRY_PORT="70000")
+    assert result.returncode != 0 and "GANTRY_PORT" in result.stderr

@@ -79,7 +79,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("GANTRY_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("GANTRY_PORT", "8000")))
+        parser.add_argument("--port", type=int, default=settings.GANTRY_PORT)
         parser.add_argument(
             "--web-workers", type=int, default=1,
             help="Processes of the web server (uvicorn; gunicorn with --production).",
@@ -103,6 +103,9 @@ class Command(BaseCommand):
             raise CommandError("--tls-cert and --tls-key go together.")
         if (tls_cert or tls_key) and not production:
             raise CommandError("--tls-cert and --tls-key need --production.")
+        # The children (web, worker, notebook origin) read their settings afresh: a port
+        # given here must reach GANTRY_URL's default there, or jobs call the wrong port.
+        os.environ["GANTRY_PORT"] = str(port)
         python = sys.executable
         children: dict[str, subprocess.Popen] = {}
         run_dir = None
