@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
+import subprocess
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -31,3 +33,22 @@ def nvml_query(question: Callable[[object], T]) -> T | None:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+
+
+def nvidia_smi_query(fields: str) -> list[list[str]] | None:
+    """Rows of `nvidia-smi --query-gpu=<fields>` (CSV, no header, no units), each split
+    and stripped; None where nvidia-smi is missing or fails."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [[part.strip() for part in line.split(",")] for line in out.splitlines()]

@@ -38,7 +38,6 @@ import logging
 import os
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import stat
@@ -50,7 +49,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from core.nvml import nvml_query
+from core.nvml import nvidia_smi_query, nvml_query
 from jobs.backends import sandbox
 from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
 from jobs.scheduler import Node
@@ -162,24 +161,10 @@ def _gpus_from_nvml() -> tuple[Gpu, ...] | None:
 
 
 def _gpus_from_nvidia_smi() -> tuple[Gpu, ...]:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return ()
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
     gpus = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
+    for parts in nvidia_smi_query("index,name,memory.total") or []:
         if len(parts) >= 3 and parts[0].isdigit():
-            memory = parts[2].split()[0]
+            memory = parts[2].split()[0] if parts[2] else ""
             gpus.append(Gpu(int(parts[0]), parts[1], int(memory) if memory.isdigit() else 0))
     return tuple(gpus)
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core import checks
 
-from core.nvml import nvml_query
+from core.nvml import nvidia_smi_query, nvml_query
 
 SPEC_ENV = "GANTRY_SANDBOX"  # read by the executor: executor/sandbox.py
 PROBE_UID = 65534  # nobody: the probe only checks that a uid can be dropped to
@@ -296,24 +296,11 @@ def _uuids_from_nvml(gpu_indices: list[int]) -> list[str] | None:
 
 
 def _uuids_from_nvidia_smi(gpu_indices: list[int]) -> list[str] | None:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=index,uuid", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    by_index = {}
-    for line in out.splitlines():
-        index, _, uuid = (part.strip() for part in line.partition(","))
-        if index.isdigit() and uuid.startswith("GPU-"):
-            by_index[int(index)] = uuid
+    by_index = {
+        int(row[0]): row[1]
+        for row in nvidia_smi_query("index,uuid") or []
+        if len(row) >= 2 and row[0].isdigit() and row[1].startswith("GPU-")
+    }
     if not all(i in by_index for i in gpu_indices):
         return None
     return [by_index[i] for i in gpu_indices]
