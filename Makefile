@@ -13,20 +13,35 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: run test test-sqlite test-postgres lint bench install clean
+.PHONY: run examples test test-sqlite test-postgres lint bench install clean
 
-$(STAMP): pyproject.toml requirements.lock executor/pyproject.toml
+RUN_STAMP := $(VENV)/.installed-run
+
+# `make run` installs what serving needs (the platform, the executor, JupyterLab for
+# notebooks) with pip's progress on screen; the test tools and the examples' PyTorch come
+# with `make test` or `make examples`.
+$(RUN_STAMP): pyproject.toml requirements.lock executor/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev,examples]' ./executor
+	$(BIN)/python -m pip install --upgrade pip
+	@echo "Installing Gantry and JupyterLab into $(VENV) (a few minutes the first time)..."
+	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[notebooks]' ./executor
+	touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
+	@echo "Installing the test tools and the examples' libraries (PyTorch is large)..."
+	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[dev,examples]' ./executor
 	touch $(STAMP)
 
 install: $(STAMP)
 
-run: $(STAMP)
+# The examples (examples/README.md) need PyTorch and scikit-learn in the job's Python.
+examples: $(RUN_STAMP)
+	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[examples]'
+
+run: $(RUN_STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo
-	@echo "Open http://127.0.0.1:$${GANTRY_PORT:-8000}/ and sign in as admin (password: $${GANTRY_DEMO_PASSWORD:-gantry-demo})."
+	@echo "Open http://$${GANTRY_HOST:-127.0.0.1}:$${GANTRY_PORT:-8000}/ and sign in as admin (password: $${GANTRY_DEMO_PASSWORD:-gantry-demo})."
 	$(BIN)/python manage.py serve
 
 test: lint test-sqlite test-postgres

@@ -68,18 +68,25 @@ if not SECRET_KEY:
         key_file.write_text(SECRET_KEY)
         key_file.chmod(0o600)
 
-DEBUG = _get("bool", "DEBUG", not PRODUCTION)
+# Off unless asked for, in development too: Django's debug pages list every URL pattern and
+# settings to whoever hits an error. DEBUG=true while working on Gantry itself.
+DEBUG = _get("bool", "DEBUG", False)
 ALLOWED_HOSTS = _get(
     "list", "ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]", "testserver"]
 )
 CSRF_TRUSTED_ORIGINS = _get("list", "CSRF_TRUSTED_ORIGINS", [])
 # The port `manage.py serve` (and so `make run`) listens on, and the address executors and
 # the notebook origin use to reach Gantry (jobs run outside the request cycle): by default
-# this machine on that port, so GANTRY_PORT alone moves both.
+# this machine on that address and port, so GANTRY_HOST and GANTRY_PORT alone move both (a
+# server listening on every interface is still reached on loopback from this machine).
+GANTRY_HOST = _get("str", "GANTRY_HOST", "127.0.0.1")
 GANTRY_PORT = _get("int", "GANTRY_PORT", 8000)
 if not 0 < GANTRY_PORT < 65536:
     _fail("GANTRY_PORT", f"a TCP port, 1 to 65535, not {GANTRY_PORT}")
-GANTRY_URL = _get("str", "GANTRY_URL", f"http://127.0.0.1:{GANTRY_PORT}").rstrip("/")
+_reach_host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(GANTRY_HOST, GANTRY_HOST)
+if ":" in _reach_host and not _reach_host.startswith("["):
+    _reach_host = f"[{_reach_host}]"
+GANTRY_URL = _get("str", "GANTRY_URL", f"http://{_reach_host}:{GANTRY_PORT}").rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -98,11 +105,14 @@ INSTALLED_APPS = [
     "django_q",
     "django_htmx",
     "axes",
+    # The project itself, above every app: commands that need them all (seed_demo, seed_lab).
+    "config",
     "core",
     "accounts",
     "projects",
     "cluster",
     "jobs",
+    "scheduling",
     "images",
     "modelhub",
     "datasets",
@@ -121,7 +131,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "core.middleware.CurrentTenantMiddleware",
+    "core.middleware.ClientAddressMiddleware",
+    "accounts.middleware.CurrentTenantMiddleware",
     # Last, as django-axes asks: turns a refused sign-in into its lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -140,7 +151,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "core.context_processors.gantry",
+                "projects.context_processors.gantry",
             ],
         },
     },
@@ -303,6 +314,8 @@ GANTRY_OIDC_TENANT_GROUP_PATTERN = _get(
 GANTRY_OIDC_PROJECT_GROUP_PATTERN = _get(
     "str", "GANTRY_OIDC_PROJECT_GROUP_PATTERN", "/labs/{tenant}/projects/{project}/{role}"
 )
+# What turns the groups claim into tenant and project roles at each SSO sign-in.
+GANTRY_OIDC_GROUPS_HANDLER = "projects.sso.apply_groups"
 for _name, _needs in (
     ("GANTRY_OIDC_TENANT_GROUP_PATTERN", ("tenant", "role")),
     ("GANTRY_OIDC_PROJECT_GROUP_PATTERN", ("tenant", "project", "role")),
@@ -356,10 +369,10 @@ MEDIA_ROOT = DATA_DIR / "files"
 MEDIA_URL = "/files/"
 # Development serves static files straight from the source folders; production
 # runs `collectstatic` (compressed, hashed names) and WhiteNoise serves the result.
-WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_USE_FINDERS = not PRODUCTION
 # Files browsers ask for at the site's root (favicon.ico), served as they are.
 WHITENOISE_ROOT = BASE_DIR / "core" / "root"
-WHITENOISE_AUTOREFRESH = DEBUG
+WHITENOISE_AUTOREFRESH = not PRODUCTION
 GANTRY_STORAGE = _get("str", "GANTRY_STORAGE", "filesystem")
 if GANTRY_STORAGE == "filesystem":
     default_storage = {
@@ -497,8 +510,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"no_4xx_tracebacks": {"()": "core.log_filters.NoTracebackForClientErrors"}},
     "root": {"handlers": ["console"], "level": _get("str", "LOG_LEVEL", "INFO")},
     "loggers": {
+        "django.request": {"filters": ["no_4xx_tracebacks"]},
         "django.db.backends": {"level": "WARNING"},
         # One line per proxied notebook request is noise.
         "httpx": {"level": "WARNING"},
@@ -547,6 +562,9 @@ GANTRY_WS_RECHECK_SECONDS = _get("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 # shared cache between requests (projects.permissions.access_of). Only with Redis: a
 # per-process cache would not hear of changes made in other processes.
 GANTRY_ACCESS_CACHE = _get("bool", "GANTRY_ACCESS_CACHE", bool(REDIS_URL))
+# The module holding the permission matrix, which core's base views and API classes ask
+# (core.access): core sits below projects and cannot import it.
+GANTRY_ACCESS_POLICY = "projects.permissions"
 if GANTRY_ACCESS_CACHE and not REDIS_URL:
     _fail("GANTRY_ACCESS_CACHE", "needs REDIS_URL (a cache every process shares)")
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = _get("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
@@ -605,6 +623,10 @@ GANTRY_PIP_NO_INDEX = _get("bool", "GANTRY_PIP_NO_INDEX", False)
 # --- Kubernetes backend (GANTRY_JOB_BACKEND=kubernetes) --------------------------------
 # Clusters are registered in the admin (cluster.KubernetesCluster); with none registered,
 # the backend uses $KUBECONFIG, or the in-cluster service account when it runs in a pod.
+# The model is named here, as AUTH_USER_MODEL is, because jobs never imports cluster.
+GANTRY_K8S_CLUSTER_MODEL = "cluster.KubernetesCluster"
+# API creates of admitted jobs run in this many threads at once (one client each).
+GANTRY_K8S_LAUNCH_CONCURRENCY = _get("int", "GANTRY_K8S_LAUNCH_CONCURRENCY", 16)
 GANTRY_K8S_DEFAULT_IMAGE = _get("str", "GANTRY_K8S_DEFAULT_IMAGE", "gantry/pytorch:latest")
 # The address executors inside the cluster use to reach Gantry (often a Service name).
 GANTRY_K8S_API_URL = _get("str", "GANTRY_K8S_API_URL", GANTRY_URL).rstrip("/")
@@ -632,6 +654,8 @@ if not isinstance(GANTRY_K8S_GPU_NODE_SELECTORS, dict) or not all(
     isinstance(v, dict) for v in GANTRY_K8S_GPU_NODE_SELECTORS.values()
 ):
     _fail("GANTRY_K8S_GPU_NODE_SELECTORS", "must be a JSON object of model -> {label: value}")
+if not 1 <= GANTRY_K8S_LAUNCH_CONCURRENCY <= 256:
+    _fail("GANTRY_K8S_LAUNCH_CONCURRENCY", "threads creating Kubernetes objects, 1 to 256")
 if not isinstance(GANTRY_K8S_GPU_TOLERATIONS, list):
     _fail("GANTRY_K8S_GPU_TOLERATIONS", "must be a JSON list of Kubernetes tolerations")
 

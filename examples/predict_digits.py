@@ -17,7 +17,10 @@ import csv
 import sys
 from pathlib import Path
 
-import numpy as np
+try:  # `make run` installs no PyTorch: `make examples` adds it and scikit-learn.
+    import numpy as np
+except ImportError as missing:
+    sys.exit(f"{missing}: this example needs PyTorch and scikit-learn; run `make examples`.")
 import torch
 from digits_common import PIXELS, DigitsNet, digits_split, outputs_dir, to_images, write_json
 

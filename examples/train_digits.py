@@ -14,7 +14,10 @@ import argparse
 import sys
 import time
 
-import torch
+try:  # `make run` installs no PyTorch: `make examples` adds it and scikit-learn.
+    import torch
+except ImportError as missing:
+    sys.exit(f"{missing}: this example needs PyTorch and scikit-learn; run `make examples`.")
 from digits_common import DigitsNet, StopFlag, digits_split, outputs_dir, to_images, write_json
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset

@@ -20,7 +20,10 @@ import sys
 import time
 from datetime import timedelta
 
-import torch
+try:  # `make run` installs no PyTorch: `make examples` adds it and scikit-learn.
+    import torch
+except ImportError as missing:
+    sys.exit(f"{missing}: this example needs PyTorch and scikit-learn; run `make examples`.")
 import torch.distributed as dist
 from digits_common import DigitsNet, StopFlag, digits_split, outputs_dir, to_images, write_json
 from torch import nn

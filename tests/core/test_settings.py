@@ -63,3 +63,19 @@ def test_gantry_port_alone_moves_the_address_jobs_call_back():
     assert result.stdout.split()[-1] == "https://gantry.example.org"
     result = manage("check", GANTRY_PORT="70000")
     assert result.returncode != 0 and "GANTRY_PORT" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("10.1.2.3", "http://10.1.2.3:8100"),  # listening on one interface: call it there
+        ("0.0.0.0", "http://127.0.0.1:8100"),  # every interface: loopback reaches it
+        ("::", "http://[::1]:8100"),
+        ("fd00::5", "http://[fd00::5]:8100"),
+    ],
+)
+def test_gantry_host_moves_the_address_jobs_call_back(host, url):
+    show = "from django.conf import settings as s; print(s.GANTRY_URL)"
+    result = manage("shell", "-c", show, GANTRY_HOST=host, GANTRY_PORT="8100")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == url

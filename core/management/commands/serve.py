@@ -78,7 +78,7 @@ class Command(BaseCommand):
     help = "Start the web server(s) and the background worker in the foreground."
 
     def add_arguments(self, parser):
-        parser.add_argument("--host", default=os.environ.get("GANTRY_HOST", "127.0.0.1"))
+        parser.add_argument("--host", default=settings.GANTRY_HOST)
         parser.add_argument("--port", type=int, default=settings.GANTRY_PORT)
         parser.add_argument(
             "--web-workers", type=int, default=1,
@@ -106,6 +106,7 @@ class Command(BaseCommand):
         # The children (web, worker, notebook origin) read their settings afresh: a port
         # given here must reach GANTRY_URL's default there, or jobs call the wrong port.
         os.environ["GANTRY_PORT"] = str(port)
+        os.environ["GANTRY_HOST"] = host
         python = sys.executable
         children: dict[str, subprocess.Popen] = {}
         run_dir = None
