@@ -26,6 +26,13 @@ def test_token_is_shown_once_and_stored_hashed(client_for, owner):
     assert key not in client_for(owner).get(reverse("accounts:token_list")).content.decode()
 
 
+def test_the_curl_example_carries_the_whole_token(client_for, owner):
+    # Pasted from the page, the example must work: a truncated token (gty_abc…) did not.
+    response = client_for(owner).post(reverse("accounts:token_list"), {"name": "laptop", "scope": "read"})
+    key = response.context["new_key"]
+    assert f'Authorization: Bearer {key}" http://testserver/api/v1/projects/' in response.content.decode()
+
+
 def test_token_lists_projects_like_curl_would(owner, project, other_project):
     _, key = services.create_api_token(actor=owner, name="ci")
     response = bearer(key).get("/api/v1/projects/")
