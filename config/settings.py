@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "images",
     "modelhub",
     "datasets",
+    "tracking",
 ]
 
 MIDDLEWARE = [

@@ -14,6 +14,8 @@ api_patterns = [
     path("v1/executor/", include("modelhub.executor_api")),
     path("v1/", include(router.urls)),
     path("v1/", include("config.api_urls")),
+    # The MLflow-compatible tracking API (tracking/): MLflow's own paths and answers.
+    path("2.0/", include("tracking.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file: no inline script for CSP.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),

@@ -70,6 +70,11 @@ MATRIX: dict[str, Rule] = {
     "model.register": Rule(PROJECT, ProjectRole.DEVELOPER),
     "model.alias": Rule(PROJECT, ProjectRole.MAINTAINER),
     "model.delete": Rule(PROJECT, ProjectRole.MAINTAINER),
+    # Experiment tracking (the MLflow API, tracking/): developers create experiments and
+    # runs and log to them; deleting an experiment is its creator's or a maintainer's.
+    "experiment.view": Rule(PROJECT, ProjectRole.VIEWER),
+    "experiment.log": Rule(PROJECT, ProjectRole.DEVELOPER),
+    "experiment.delete": Rule(PROJECT, ProjectRole.MAINTAINER, creator_role=ProjectRole.DEVELOPER),
     # Runtime images are tenant-scoped; public catalog images belong to no tenant (see can()).
     "image.view": Rule(TENANT, TenantRole.MEMBER),
     "image.create": Rule(TENANT, TenantRole.MEMBER),

@@ -1,0 +1,402 @@
+"""The MLflow REST API (`/api/2.0/mlflow/…`), answering as MLflow's server does.
+
+Plain Django views, not DRF: MLflow's client expects MLflow's JSON (proto field names,
+errors as `{"error_code", "message"}`), not DRF's. Authentication is Gantry's: a
+personal API token (`MLFLOW_TRACKING_TOKEN`, sent as `Authorization: Bearer gty_…`),
+a job's tracking token (tracking.jobenv), an SSO access token, or, for reads only, a
+browser session (a session cannot POST here: these views take no CSRF token).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+from functools import wraps
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework import exceptions as drf_exceptions
+
+from accounts.authentication import ApiTokenAuthentication, OidcBearerAuthentication
+from accounts.models import ApiToken
+from tracking import jobenv, services
+from tracking.errors import MlflowError, invalid
+from tracking.models import Experiment, Run
+from tracking.services import Caller
+
+logger = logging.getLogger(__name__)
+
+
+def _caller(request) -> Caller:
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    key = key.strip()
+    if header:
+        if scheme.lower() != "bearer" or not key:
+            raise MlflowError(
+                "Send a Gantry API token: 'Authorization: Bearer gty_…'.", "UNAUTHENTICATED"
+            )
+        if key.startswith(jobenv.PREFIX):
+            caller = jobenv.caller_for_token(key)
+            if caller is None:
+                raise MlflowError("Invalid or expired job tracking token.", "UNAUTHENTICATED")
+            return caller
+        try:
+            found = (
+                ApiTokenAuthentication().authenticate(request)
+                if key.startswith(ApiToken.PREFIX)
+                else OidcBearerAuthentication().authenticate(request)
+            )
+        except drf_exceptions.APIException as exc:
+            raise MlflowError(str(exc.detail), "UNAUTHENTICATED") from None
+        if found is None:
+            raise MlflowError("Unknown token: send a Gantry API token (gty_…).", "UNAUTHENTICATED")
+        user, auth = found
+        return Caller(user, auth if isinstance(auth, ApiToken) else None)
+    if request.method == "GET" and request.user.is_authenticated:
+        return Caller(request.user)
+    raise MlflowError(
+        "Authentication required: set MLFLOW_TRACKING_TOKEN to a Gantry API token.",
+        "UNAUTHENTICATED",
+    )
+
+
+def _body(request) -> dict:
+    if request.method == "GET":
+        data = {}
+        for key in request.GET:
+            values = request.GET.getlist(key)
+            data[key] = (
+                values if len(values) > 1 or key in ("experiment_ids", "order_by") else values[0]
+            )
+        return data
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise invalid("The request body is too large.") from None
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise MlflowError("The request body is not valid JSON.", "BAD_REQUEST") from None
+    if not isinstance(data, dict):
+        raise MlflowError("The request body must be a JSON object.", "BAD_REQUEST")
+    return data
+
+
+def mlflow_view(*methods):
+    def decorate(view):
+        @csrf_exempt
+        @wraps(view)
+        def wrapper(request, **kwargs):
+            try:
+                if request.method not in methods:
+                    raise MlflowError(
+                        f"This endpoint takes {', '.join(methods)}, not {request.method}.",
+                        "ENDPOINT_NOT_FOUND",
+                    )
+                caller = _caller(request)
+                result = view(request, caller, _body(request), **kwargs)
+            except MlflowError as exc:
+                return exc.response()
+            except Http404:
+                return MlflowError(
+                    "The resource does not exist.", "RESOURCE_DOES_NOT_EXIST"
+                ).response()
+            except PermissionDenied as exc:
+                return MlflowError(str(exc) or "Permission denied.", "PERMISSION_DENIED").response()
+            if isinstance(result, JsonResponse):
+                return result
+            return JsonResponse(result if result is not None else {})
+
+        return wrapper
+
+    return decorate
+
+
+# --- JSON shapes (MLflow's protos, field names as the client parses them) ----------------
+
+
+def experiment_json(experiment: Experiment) -> dict:
+    tags = getattr(experiment, "_prefetched_objects_cache", {}).get("tags")
+    tags = experiment.tags.all() if tags is None else tags
+    return {
+        "experiment_id": str(experiment.pk),
+        "name": experiment.full_name,
+        "artifact_location": f"mlflow-artifacts:/{experiment.pk}",
+        "lifecycle_stage": experiment.lifecycle_stage,
+        "last_update_time": experiment.last_update_time,
+        "creation_time": experiment.creation_time,
+        "tags": [{"key": t.key, "value": t.value} for t in tags],
+    }
+
+
+def run_info_json(run: Run) -> dict:
+    info = {
+        "run_id": run.run_id,
+        "run_uuid": run.run_id,
+        "experiment_id": str(run.experiment_id),
+        "run_name": run.name,
+        "user_id": run.user_id,
+        "status": run.status,
+        "artifact_uri": run.artifact_uri,
+        "lifecycle_stage": run.lifecycle_stage,
+    }
+    if run.start_time is not None:
+        info["start_time"] = run.start_time
+    if run.end_time is not None:
+        info["end_time"] = run.end_time
+    return info
+
+
+def _number(value: float, is_nan: bool):
+    if is_nan:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def run_json(run: Run) -> dict:
+    loaded = getattr(run, "loaded", None)
+    if loaded is None:
+        run = services.load_runs([run.pk])[0]
+        loaded = run.loaded
+    return {
+        "info": run_info_json(run),
+        "data": {
+            "metrics": [
+                {
+                    "key": m.key,
+                    "value": _number(m.value, m.is_nan),
+                    "timestamp": m.timestamp,
+                    "step": m.step,
+                }
+                for m in loaded["latest"]
+            ],
+            "params": [{"key": p.key, "value": p.value} for p in loaded["params"]],
+            "tags": [{"key": t.key, "value": t.value} for t in loaded["tags"]],
+        },
+        "inputs": {
+            "dataset_inputs": [{"dataset": i.dataset, "tags": i.tags} for i in loaded["inputs"]]
+        },
+    }
+
+
+def _offset(token) -> int:
+    if not token:
+        return 0
+    try:
+        offset = json.loads(base64.urlsafe_b64decode(str(token).encode()))["offset"]
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise invalid(f"Invalid page token '{str(token)[:100]}'.") from None
+    if not isinstance(offset, int) or offset < 0:
+        raise invalid("Invalid page token.")
+    return offset
+
+
+def _token(offset: int | None) -> dict:
+    if offset is None:
+        return {}
+    return {
+        "next_page_token": base64.urlsafe_b64encode(
+            json.dumps({"offset": offset}).encode()
+        ).decode()
+    }
+
+
+# --- experiments ----------------------------------------------------------------------------
+
+
+@mlflow_view("POST")
+def experiments_create(request, caller, body):
+    experiment = services.create_experiment(caller, body.get("name"), body.get("tags"))
+    return {"experiment_id": str(experiment.pk)}
+
+
+@mlflow_view("GET")
+def experiments_get(request, caller, body):
+    return {
+        "experiment": experiment_json(services.get_experiment(caller, body.get("experiment_id")))
+    }
+
+
+@mlflow_view("GET")
+def experiments_get_by_name(request, caller, body):
+    return {
+        "experiment": experiment_json(
+            services.get_experiment_by_name(caller, body.get("experiment_name"))
+        )
+    }
+
+
+@mlflow_view("GET", "POST")
+def experiments_search(request, caller, body):
+    order_by = body.get("order_by") or []
+    experiments, after = services.search_experiments(
+        caller,
+        body.get("view_type"),
+        body.get("max_results"),
+        body.get("filter"),
+        order_by if isinstance(order_by, list) else [order_by],
+        _offset(body.get("page_token")),
+    )
+    return {"experiments": [experiment_json(e) for e in experiments], **_token(after)}
+
+
+@mlflow_view("POST")
+def experiments_update(request, caller, body):
+    services.rename_experiment(caller, body.get("experiment_id"), body.get("new_name"))
+
+
+@mlflow_view("POST")
+def experiments_delete(request, caller, body):
+    services.set_experiment_lifecycle(caller, body.get("experiment_id"), deleted=True)
+
+
+@mlflow_view("POST")
+def experiments_restore(request, caller, body):
+    services.set_experiment_lifecycle(caller, body.get("experiment_id"), deleted=False)
+
+
+@mlflow_view("POST")
+def experiments_set_tag(request, caller, body):
+    services.set_experiment_tag(
+        caller, body.get("experiment_id"), body.get("key"), body.get("value")
+    )
+
+
+@mlflow_view("POST")
+def experiments_delete_tag(request, caller, body):
+    services.delete_experiment_tag(caller, body.get("experiment_id"), body.get("key"))
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+def _run_id(body) -> str:
+    return body.get("run_id") or body.get("run_uuid")
+
+
+@mlflow_view("POST")
+def runs_create(request, caller, body):
+    run = services.create_run(
+        caller,
+        body.get("experiment_id"),
+        body.get("start_time"),
+        body.get("tags"),
+        body.get("run_name"),
+    )
+    return {"run": run_json(run)}
+
+
+@mlflow_view("GET")
+def runs_get(request, caller, body):
+    return {"run": run_json(services.get_run(caller, _run_id(body)))}
+
+
+@mlflow_view("POST")
+def runs_update(request, caller, body):
+    run = services.update_run(
+        caller, _run_id(body), body.get("status"), body.get("end_time"), body.get("run_name")
+    )
+    return {"run_info": run_info_json(run)}
+
+
+@mlflow_view("POST")
+def runs_delete(request, caller, body):
+    services.set_run_lifecycle(caller, _run_id(body), deleted=True)
+
+
+@mlflow_view("POST")
+def runs_restore(request, caller, body):
+    services.set_run_lifecycle(caller, _run_id(body), deleted=False)
+
+
+@mlflow_view("POST")
+def runs_log_metric(request, caller, body):
+    metric = {k: body.get(k) for k in ("key", "value", "timestamp", "step")}
+    services.log_batch(caller, _run_id(body), metrics=[metric])
+
+
+@mlflow_view("POST")
+def runs_log_parameter(request, caller, body):
+    services.log_batch(
+        caller, _run_id(body), params=[{"key": body.get("key"), "value": body.get("value")}]
+    )
+
+
+@mlflow_view("POST")
+def runs_set_tag(request, caller, body):
+    services.log_batch(
+        caller, _run_id(body), tags=[{"key": body.get("key"), "value": body.get("value", "")}]
+    )
+
+
+@mlflow_view("POST")
+def runs_delete_tag(request, caller, body):
+    services.delete_tag(caller, _run_id(body), body.get("key"))
+
+
+@mlflow_view("POST")
+def runs_log_batch(request, caller, body):
+    services.log_batch(
+        caller, _run_id(body), body.get("metrics"), body.get("params"), body.get("tags")
+    )
+
+
+@mlflow_view("POST")
+def runs_log_inputs(request, caller, body):
+    services.log_inputs(caller, _run_id(body), body.get("datasets") or [])
+
+
+@mlflow_view("POST")
+def runs_log_model(request, caller, body):
+    # The MLmodel description (a history tag MLflow 2 clients write): kept as that tag.
+    services.log_batch(
+        caller,
+        _run_id(body),
+        tags=[{"key": "mlflow.log-model.history", "value": str(body.get("model_json", ""))[:8000]}],
+    )
+
+
+@mlflow_view("POST")
+def runs_outputs(request, caller, body):
+    services.get_run(caller, _run_id(body), "experiment.log")
+
+
+@mlflow_view("GET", "POST")
+def runs_search(request, caller, body):
+    experiment_ids = body.get("experiment_ids") or []
+    runs, after = services.search_runs(
+        caller,
+        experiment_ids if isinstance(experiment_ids, list) else [experiment_ids],
+        body.get("filter"),
+        body.get("run_view_type"),
+        body.get("max_results"),
+        body.get("order_by") or [],
+        _offset(body.get("page_token")),
+    )
+    return {"runs": [run_json(r) for r in runs], **_token(after)}
+
+
+@mlflow_view("GET")
+def metrics_get_history(request, caller, body):
+    rows, after = services.metric_history(
+        caller,
+        _run_id(body),
+        body.get("metric_key"),
+        body.get("max_results"),
+        _offset(body.get("page_token")),
+    )
+    return {
+        "metrics": [
+            {"key": k, "value": _number(v, nan), "timestamp": ts, "step": step}
+            for k, v, nan, ts, step in rows
+        ],
+        **_token(after),
+    }

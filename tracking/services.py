@@ -1,0 +1,618 @@
+"""Every change the MLflow API makes, as plain functions (STYLE: services).
+
+Each takes the `Caller` (user and the token the request came with) first, checks the
+permission matrix (`experiment.view`, `experiment.log`, `experiment.delete`), validates
+as MLflow's server does, and raises `MlflowError` with MLflow's codes. Something the
+caller may not see answers RESOURCE_DOES_NOT_EXIST, like something that does not exist.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections import defaultdict
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+
+from projects.models import Project
+from projects.permissions import can, visible_project_ids
+from tracking import search
+from tracking.errors import MlflowError, invalid, not_found
+from tracking.models import (
+    Experiment,
+    ExperimentTag,
+    LatestMetric,
+    Lifecycle,
+    Metric,
+    Param,
+    Run,
+    RunInput,
+    RunStatus,
+    RunTag,
+    now_ms,
+)
+
+DEFAULT_EXPERIMENT = "Default"
+MAX_METRICS_PER_BATCH = 1000
+MAX_PARAMS_TAGS_PER_BATCH = 100
+MAX_ENTITIES_PER_BATCH = 1000
+MAX_KEY_LENGTH = 250
+MAX_PARAM_VALUE_LENGTH = 6000
+MAX_TAG_VALUE_LENGTH = 8000
+MAX_RESULTS_RUNS = 50000
+MAX_RESULTS_HISTORY = 25000
+RUN_NAME_TAG = "mlflow.runName"
+
+
+@dataclass
+class Caller:
+    """Who calls: a user, and the API token (None for a browser session) that narrows
+    what they reach. A job's tracking token stands as a write token limited to the
+    job's project (tracking.jobenv)."""
+
+    user: object
+    token: object = None
+    job: object = None
+
+    def can(self, action: str, obj) -> bool:
+        return can(self.user, action, obj, token=self.token)
+
+    @property
+    def project_id(self) -> int | None:
+        return getattr(self.token, "project_id", None)
+
+
+# --- reading with access ------------------------------------------------------------------
+
+
+def _project_of_caller(caller: Caller, purpose: str) -> Project:
+    """The one project a bare name or experiment "0" means: the token's, or the user's
+    only visible one."""
+    if caller.project_id is not None:
+        return Project.objects.select_related("tenant").get(pk=caller.project_id)
+    ids = (
+        list(Project.objects.values_list("pk", flat=True)[:2])
+        if caller.user.is_superuser
+        else visible_project_ids(caller.user)
+    )
+    if len(ids) == 1:
+        return Project.objects.select_related("tenant").get(pk=ids[0])
+    raise MlflowError(
+        f"{purpose} names no project, and you have {'none' if not ids else 'several'}: "
+        "use a token limited to one project, or name the experiment 'tenant/project/name'.",
+        "RESOURCE_DOES_NOT_EXIST" if not ids else "INVALID_PARAMETER_VALUE",
+    )
+
+
+def _split_name(caller: Caller, name: str) -> tuple[Project | None, str]:
+    """`tenant/project/name` names its project; a bare name means the caller's project."""
+    parts = name.split("/", 2)
+    if len(parts) == 3 and parts[2]:
+        project = (
+            Project.objects.visible_to(caller.user)
+            .select_related("tenant")
+            .filter(tenant__slug=parts[0], slug=parts[1])
+            .first()
+        )
+        if project is not None:
+            return project, parts[2]
+    return None, name
+
+
+def default_experiment(project: Project) -> Experiment:
+    experiment = Experiment.objects.filter(project=project, is_default=True).first()
+    if experiment is None:
+        try:
+            with transaction.atomic():
+                experiment = Experiment.objects.create(
+                    project=project, name=DEFAULT_EXPERIMENT, is_default=True
+                )
+        except IntegrityError:  # created meanwhile (or a user's experiment has the name)
+            experiment = Experiment.objects.filter(project=project, is_default=True).first()
+            if experiment is None:
+                raise invalid(
+                    f"The project's experiment '{DEFAULT_EXPERIMENT}' is not its default."
+                ) from None
+    return experiment
+
+
+def _visible(caller: Caller, queryset, action: str, obj_name: str, ident: str):
+    obj = queryset.first()
+    if obj is None or not caller.can("experiment.view", obj):
+        raise not_found(f"{obj_name} '{ident}' does not exist.")
+    if not caller.can(action, obj):
+        raise MlflowError(
+            f"You may not {action.split('.')[1]} in {obj_name.lower()} '{ident}'.",
+            "PERMISSION_DENIED",
+        )
+    return obj
+
+
+def get_experiment(caller: Caller, experiment_id, action: str = "experiment.view") -> Experiment:
+    ident = str(experiment_id if experiment_id is not None else "")
+    if ident in ("0", ""):
+        experiment = default_experiment(_project_of_caller(caller, "Experiment '0'"))
+        return _visible(
+            caller,
+            Experiment.objects.filter(pk=experiment.pk).select_related("project__tenant"),
+            action,
+            "Experiment",
+            ident,
+        )
+    if not ident.isdigit() or len(ident) > 18:
+        raise not_found(f"Experiment '{ident}' does not exist.")
+    queryset = Experiment.objects.visible_to(caller.user).select_related("project__tenant")
+    return _visible(caller, queryset.filter(pk=int(ident)), action, "Experiment", ident)
+
+
+def get_experiment_by_name(caller: Caller, name: str) -> Experiment:
+    if not isinstance(name, str) or not name:
+        raise invalid("Missing value for required parameter 'experiment_name'.")
+    project, bare = _split_name(caller, name)
+    queryset = Experiment.objects.visible_to(caller.user).select_related("project__tenant")
+    if project is not None:
+        queryset = queryset.filter(project=project, name=bare)
+    elif caller.project_id is not None:
+        queryset = queryset.filter(project_id=caller.project_id, name=bare)
+    else:
+        found = list(queryset.filter(name=bare)[:2])
+        if len(found) > 1:
+            raise invalid(
+                f"Several of your projects have an experiment '{name}': "
+                "name it 'tenant/project/name'."
+            )
+    return _visible(caller, queryset, "experiment.view", "Experiment", name)
+
+
+def get_run(caller: Caller, run_id, action: str = "experiment.view") -> Run:
+    if not isinstance(run_id, str) or not run_id:
+        raise invalid("Missing value for required parameter 'run_id'.")
+    queryset = Run.objects.visible_to(caller.user).select_related("experiment__project__tenant")
+    run = _visible(caller, queryset.filter(run_id=run_id), action, "Run", run_id)
+    if (
+        action != "experiment.view"
+        and caller.job is not None
+        and run.job_id not in (None, caller.job.pk)
+    ):
+        raise MlflowError(
+            f"A job's token logs only to its own run, not to '{run_id}'.", "PERMISSION_DENIED"
+        )
+    return run
+
+
+def _active(run: Run) -> Run:
+    if run.lifecycle_stage != Lifecycle.ACTIVE:
+        raise invalid(
+            f"The run {run.run_id} must be in the 'active' state. "
+            f"Current state is {run.lifecycle_stage}."
+        )
+    return run
+
+
+# --- validation -----------------------------------------------------------------------------
+
+
+def _text(value, what: str, limit: int, required: bool = True) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and value == ""):
+        raise invalid(f"Missing value for required parameter '{what}'.")
+    if "\x00" in value:
+        raise invalid(f"Invalid value for '{what}': NUL characters are not allowed.")
+    if len(value) > limit:
+        raise invalid(f"'{what}' exceeds the maximum length of {limit} characters.")
+    return value
+
+
+def _key(value, what: str) -> str:
+    key = _text(value, what, MAX_KEY_LENGTH)
+    if key.startswith("/") or ".." in key.split("/"):
+        raise invalid(f"Invalid value '{key}' for parameter '{what}': names may not be paths out.")
+    return key
+
+
+def _int(value, what: str, default=None, minimum=None) -> int | None:
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise invalid(f"Invalid value {value!r} for parameter '{what}': an integer.") from None
+    if isinstance(value, float) and not value.is_integer() or abs(number) >= 2**63:
+        raise invalid(f"Invalid value {value!r} for parameter '{what}': an integer.")
+    if minimum is not None and number < minimum:
+        raise invalid(f"Invalid value {value!r} for parameter '{what}': at least {minimum}.")
+    return number
+
+
+def _metric(item) -> Metric:
+    if not isinstance(item, dict):
+        raise invalid("Every metric is an object with key, value, timestamp and step.")
+    key = _key(item.get("key"), "key")
+    value = item.get("value")
+    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
+        value = float(value.replace("Infinity", "inf"))
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(f"Got invalid value {value!r} for metric '{key}': a number.")
+    value = float(value)
+    timestamp = _int(item.get("timestamp"), "timestamp")
+    if timestamp is None:
+        raise invalid(f"Missing value for required parameter 'timestamp' of metric '{key}'.")
+    step = _int(item.get("step"), "step", default=0)
+    nan = math.isnan(value)
+    return Metric(key=key, value=0.0 if nan else value, is_nan=nan, timestamp=timestamp, step=step)
+
+
+def _param(item) -> tuple[str, str]:
+    if not isinstance(item, dict):
+        raise invalid("Every param is an object with key and value.")
+    key = _key(item.get("key"), "key")
+    value = item.get("value")
+    value = "" if value is None else value
+    return key, _text(
+        str(value) if isinstance(value, int | float) else value,
+        "value",
+        MAX_PARAM_VALUE_LENGTH,
+        required=False,
+    )
+
+
+def _tag(item) -> tuple[str, str]:
+    if not isinstance(item, dict):
+        raise invalid("Every tag is an object with key and value.")
+    key = _key(item.get("key"), "key")
+    return key, _text(item.get("value", ""), "value", MAX_TAG_VALUE_LENGTH, required=False)
+
+
+# --- experiments ----------------------------------------------------------------------------
+
+
+def create_experiment(caller: Caller, name, tags=None) -> Experiment:
+    name = _text(name, "name", 500)
+    project, bare = _split_name(caller, name)
+    if project is None:
+        project = _project_of_caller(caller, f"Experiment '{name}'")
+    if not caller.can("experiment.view", project):
+        raise not_found(f"The project of experiment '{name}' does not exist.")
+    if not caller.can("experiment.log", project):
+        raise MlflowError("You may not create experiments in this project.", "PERMISSION_DENIED")
+    pairs = [_tag(t) for t in (tags or [])]
+    try:
+        with transaction.atomic():
+            experiment = Experiment.objects.create(
+                project=project, name=bare, created_by=caller.user
+            )
+            ExperimentTag.objects.bulk_create(
+                ExperimentTag(experiment=experiment, key=k, value=v) for k, v in dict(pairs).items()
+            )
+    except IntegrityError:
+        raise MlflowError(
+            f"Experiment '{name}' already exists.", "RESOURCE_ALREADY_EXISTS"
+        ) from None
+    experiment.project = project
+    return experiment
+
+
+def rename_experiment(caller: Caller, experiment_id, new_name) -> Experiment:
+    experiment = get_experiment(caller, experiment_id, "experiment.log")
+    new_name = _text(new_name, "new_name", 500)
+    project, bare = _split_name(caller, new_name)
+    if project is not None and project.pk != experiment.project_id:
+        raise invalid("An experiment stays in its project: rename it within it.")
+    if experiment.lifecycle_stage != Lifecycle.ACTIVE:
+        raise invalid("Cannot rename a non-active experiment.")
+    try:
+        with transaction.atomic():
+            Experiment.objects.filter(pk=experiment.pk).update(name=bare, last_update_time=now_ms())
+    except IntegrityError:
+        raise MlflowError(
+            f"Experiment '{new_name}' already exists.", "RESOURCE_ALREADY_EXISTS"
+        ) from None
+    experiment.name = bare
+    return experiment
+
+
+def set_experiment_lifecycle(caller: Caller, experiment_id, deleted: bool) -> None:
+    experiment = get_experiment(caller, experiment_id, "experiment.delete")
+    if experiment.is_default and deleted:
+        raise invalid("The project's default experiment cannot be deleted.")
+    stage = Lifecycle.DELETED if deleted else Lifecycle.ACTIVE
+    with transaction.atomic():
+        Experiment.objects.filter(pk=experiment.pk).update(
+            lifecycle_stage=stage, last_update_time=now_ms()
+        )
+        Run.objects.filter(experiment=experiment).update(
+            lifecycle_stage=stage, deleted_time=now_ms() if deleted else None
+        )
+
+
+def set_experiment_tag(caller: Caller, experiment_id, key, value) -> None:
+    experiment = get_experiment(caller, experiment_id, "experiment.log")
+    key, value = _tag({"key": key, "value": value})
+    ExperimentTag.objects.update_or_create(
+        experiment=experiment, key=key, defaults={"value": value}
+    )
+
+
+def delete_experiment_tag(caller: Caller, experiment_id, key) -> None:
+    experiment = get_experiment(caller, experiment_id, "experiment.log")
+    if not ExperimentTag.objects.filter(experiment=experiment, key=key).delete()[0]:
+        raise not_found(f"No tag with name: {key} in experiment {experiment.pk}.")
+
+
+def search_experiments(caller: Caller, view_type, max_results, filter_string, order_by, offset):
+    queryset = Experiment.objects.visible_to(caller.user).select_related("project__tenant")
+    if caller.project_id is not None:
+        queryset = queryset.filter(project_id=caller.project_id)
+    queryset = _view_type(queryset, view_type)
+    queryset = search.apply_experiment_filter(
+        queryset, search.parse_filter(filter_string, experiments=True)
+    )
+    queryset = search.apply_experiment_order(queryset, order_by)
+    limit = _int(max_results, "max_results", default=1000, minimum=1)
+    if limit > 50000:
+        raise invalid("Invalid value for max_results: at most 50000.")
+    page = list(queryset.prefetch_related("tags")[offset : offset + limit + 1])
+    return page[:limit], (offset + limit if len(page) > limit else None)
+
+
+def _view_type(queryset, view_type):
+    view_type = view_type or "ACTIVE_ONLY"
+    if view_type == "ACTIVE_ONLY":
+        return queryset.filter(lifecycle_stage=Lifecycle.ACTIVE)
+    if view_type == "DELETED_ONLY":
+        return queryset.filter(lifecycle_stage=Lifecycle.DELETED)
+    if view_type == "ALL":
+        return queryset
+    raise invalid(f"Invalid view type '{view_type}': ACTIVE_ONLY, DELETED_ONLY or ALL.")
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+def _run_name() -> str:
+    return f"run-{secrets.token_hex(3)}"
+
+
+def create_run(caller: Caller, experiment_id, start_time=None, tags=None, run_name=None) -> Run:
+    experiment = get_experiment(caller, experiment_id, "experiment.log")
+    if experiment.lifecycle_stage != Lifecycle.ACTIVE:
+        raise invalid(f"The experiment {experiment.pk} must be in the 'active' state.")
+    pairs = dict(_tag(t) for t in (tags or []))
+    name = (
+        _text(run_name, "run_name", 250, required=False) or pairs.get(RUN_NAME_TAG) or _run_name()
+    )
+    pairs[RUN_NAME_TAG] = name
+    with transaction.atomic():
+        run = Run.objects.create(
+            experiment=experiment,
+            name=name,
+            user_id=caller.user.get_username(),
+            created_by=caller.user,
+            start_time=_int(start_time, "start_time", default=now_ms()),
+            job=None,
+        )
+        RunTag.objects.bulk_create(RunTag(run=run, key=k, value=v) for k, v in pairs.items())
+    run.experiment = experiment
+    return run
+
+
+def update_run(caller: Caller, run_id, status=None, end_time=None, run_name=None) -> Run:
+    run = _active(get_run(caller, run_id, "experiment.log"))
+    fields = {}
+    if status:
+        if status not in RunStatus.values:
+            raise invalid(f"Invalid run status '{status}': one of {RunStatus.values}.")
+        fields["status"] = status
+    if end_time not in (None, ""):
+        fields["end_time"] = _int(end_time, "end_time")
+    if run_name:
+        fields["name"] = _text(run_name, "run_name", 250)
+    with transaction.atomic():
+        Run.objects.filter(pk=run.pk).update(**fields)
+        if "name" in fields:
+            RunTag.objects.update_or_create(
+                run=run, key=RUN_NAME_TAG, defaults={"value": fields["name"]}
+            )
+    for name, value in fields.items():
+        setattr(run, name, value)
+    return run
+
+
+def set_run_lifecycle(caller: Caller, run_id, deleted: bool) -> None:
+    run = get_run(caller, run_id, "experiment.log")
+    Run.objects.filter(pk=run.pk).update(
+        lifecycle_stage=Lifecycle.DELETED if deleted else Lifecycle.ACTIVE,
+        deleted_time=now_ms() if deleted else None,
+    )
+
+
+def log_batch(caller: Caller, run_id, metrics=None, params=None, tags=None) -> Run:
+    """MLflow's LogBatch, and what log-metric, log-parameter and set-tag come down to."""
+    metrics, params, tags = metrics or [], params or [], tags or []
+    if not all(isinstance(x, list) for x in (metrics, params, tags)):
+        raise invalid("metrics, params and tags are lists.")
+    if len(metrics) > MAX_METRICS_PER_BATCH:
+        raise invalid(
+            f"A batch logging request can contain at most {MAX_METRICS_PER_BATCH} metrics. "
+            f"Got {len(metrics)} metrics."
+        )
+    if len(params) > MAX_PARAMS_TAGS_PER_BATCH or len(tags) > MAX_PARAMS_TAGS_PER_BATCH:
+        raise invalid(
+            f"A batch logging request can contain at most {MAX_PARAMS_TAGS_PER_BATCH} params "
+            f"and {MAX_PARAMS_TAGS_PER_BATCH} tags. Got {len(params)} params and {len(tags)} tags."
+        )
+    if len(metrics) + len(params) + len(tags) > MAX_ENTITIES_PER_BATCH:
+        raise invalid(
+            f"A batch logging request can contain at most {MAX_ENTITIES_PER_BATCH} entities."
+        )
+    points = [_metric(m) for m in metrics]
+    param_pairs = [_param(p) for p in params]
+    seen: dict[str, str] = {}
+    for key, value in param_pairs:
+        if seen.setdefault(key, value) != value:
+            raise invalid(f"Duplicate parameter keys have been submitted: '{key}' with two values.")
+    tag_pairs = dict(_tag(t) for t in tags)
+    run = _active(get_run(caller, run_id, "experiment.log"))
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run.pk).values_list("pk").get()
+        if seen:
+            existing = dict(Param.objects.filter(run=run, key__in=seen).values_list("key", "value"))
+            for key, value in seen.items():
+                if key in existing and existing[key] != value:
+                    raise invalid(
+                        f"Changing param values is not allowed. Param with key='{key}' was "
+                        f"already logged with value='{existing[key]}' for run ID='{run.run_id}'. "
+                        f"Attempted logging new value '{value}'."
+                    )
+            Param.objects.bulk_create(
+                Param(run=run, key=k, value=v) for k, v in seen.items() if k not in existing
+            )
+        if tag_pairs:
+            _set_tags(run, tag_pairs)
+        if points:
+            store_metrics(run, points)
+    return run
+
+
+def _set_tags(run: Run, pairs: dict[str, str]) -> None:
+    existing = {t.key: t for t in RunTag.objects.filter(run=run, key__in=pairs)}
+    changed = []
+    for key, value in pairs.items():
+        if key in existing:
+            existing[key].value = value
+            changed.append(existing[key])
+    RunTag.objects.bulk_update(changed, ["value"])
+    RunTag.objects.bulk_create(
+        RunTag(run=run, key=k, value=v) for k, v in pairs.items() if k not in existing
+    )
+    if RUN_NAME_TAG in pairs:
+        Run.objects.filter(pk=run.pk).update(name=pairs[RUN_NAME_TAG][:250])
+
+
+def _newer(a: Metric | LatestMetric, b: Metric | LatestMetric) -> bool:
+    """MLflow's latest-metric order: step, then timestamp, then value (NaN lowest)."""
+    return (a.step, a.timestamp, not a.is_nan, a.value) > (
+        b.step,
+        b.timestamp,
+        not b.is_nan,
+        b.value,
+    )
+
+
+def store_metrics(run: Run, points: list[Metric]) -> None:
+    """Append metric points and move each key's latest value (inside the caller's
+    transaction, with the run's row locked)."""
+    for point in points:
+        point.run = run
+    Metric.objects.bulk_create(points, batch_size=1000)
+    best: dict[str, Metric] = {}
+    for point in points:
+        if point.key not in best or _newer(point, best[point.key]):
+            best[point.key] = point
+    current = {m.key: m for m in LatestMetric.objects.filter(run=run, key__in=best)}
+    changed, fresh = [], []
+    for key, point in best.items():
+        row = current.get(key)
+        if row is None:
+            fresh.append(
+                LatestMetric(
+                    run=run,
+                    key=key,
+                    value=point.value,
+                    is_nan=point.is_nan,
+                    timestamp=point.timestamp,
+                    step=point.step,
+                )
+            )
+        elif _newer(point, row):
+            row.value, row.is_nan, row.timestamp, row.step = (
+                point.value,
+                point.is_nan,
+                point.timestamp,
+                point.step,
+            )
+            changed.append(row)
+    LatestMetric.objects.bulk_create(fresh)
+    LatestMetric.objects.bulk_update(changed, ["value", "is_nan", "timestamp", "step"])
+
+
+def delete_tag(caller: Caller, run_id, key) -> None:
+    run = _active(get_run(caller, run_id, "experiment.log"))
+    if not RunTag.objects.filter(run=run, key=key).delete()[0]:
+        raise not_found(f"No tag with name: {key} in run with id {run.run_id}")
+
+
+def log_inputs(caller: Caller, run_id, datasets) -> None:
+    run = _active(get_run(caller, run_id, "experiment.log"))
+    if not isinstance(datasets, list):
+        raise invalid("datasets is a list.")
+    rows = []
+    for item in datasets:
+        dataset = item.get("dataset") if isinstance(item, dict) else None
+        if not isinstance(dataset, dict) or not isinstance(dataset.get("name"), str):
+            raise invalid("Every dataset input has a dataset with a name.")
+        rows.append(
+            RunInput(
+                run=run,
+                dataset=dataset,
+                tags=item.get("tags") or [],
+                name=_text(dataset["name"], "dataset.name", 500),
+                digest=_text(dataset.get("digest", ""), "dataset.digest", 64, required=False),
+            )
+        )
+    RunInput.objects.bulk_create(rows, ignore_conflicts=True)
+
+
+def metric_history(caller: Caller, run_id, key, max_results=None, offset=0):
+    run = get_run(caller, run_id)
+    key = _text(key, "metric_key", MAX_KEY_LENGTH)
+    limit = _int(max_results, "max_results", default=MAX_RESULTS_HISTORY, minimum=1)
+    rows = list(
+        Metric.objects.filter(run=run, key=key)
+        .order_by("step", "timestamp", "pk")
+        .values_list("key", "value", "is_nan", "timestamp", "step")[offset : offset + limit + 1]
+    )
+    return rows[:limit], (offset + limit if len(rows) > limit else None)
+
+
+def search_runs(
+    caller: Caller, experiment_ids, filter_string, run_view_type, max_results, order_by, offset
+):
+    if not isinstance(experiment_ids, list) or not experiment_ids:
+        experiment_ids = ["0"] if not experiment_ids else [experiment_ids]
+    experiments = [get_experiment(caller, e).pk for e in experiment_ids]
+    limit = _int(max_results, "max_results", default=1000, minimum=1)
+    if limit > MAX_RESULTS_RUNS:
+        raise invalid(
+            f"Invalid value for parameter 'max_results' supplied. It must be at most {MAX_RESULTS_RUNS}."
+        )
+    runs = Run.objects.filter(experiment_id__in=experiments)
+    runs = _view_type(runs, run_view_type)
+    runs = search.apply_filter(runs, search.parse_filter(filter_string))
+    runs = search.apply_order(
+        runs, order_by if isinstance(order_by, list) else [order_by] if order_by else []
+    )
+    page = list(runs.values_list("pk", flat=True)[offset : offset + limit + 1])
+    return load_runs(page[:limit]), (offset + limit if len(page) > limit else None)
+
+
+def load_runs(pks: list[int]) -> list[Run]:
+    """Runs with their data, in the given order, in five queries whatever their number."""
+    runs = {r.pk: r for r in Run.objects.filter(pk__in=pks).select_related("experiment")}
+    children = defaultdict(lambda: defaultdict(list))
+    for model, name in (
+        (LatestMetric, "latest"),
+        (Param, "params"),
+        (RunTag, "tags"),
+        (RunInput, "inputs"),
+    ):
+        for row in model.objects.filter(run_id__in=pks).order_by("pk"):
+            children[row.run_id][name].append(row)
+    ordered = []
+    for pk in pks:
+        run = runs[pk]
+        run.loaded = children[pk]
+        ordered.append(run)
+    return ordered
