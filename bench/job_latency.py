@@ -136,9 +136,10 @@ def main() -> int:
         from django.contrib.auth import get_user_model
 
         from accounts import services as account_services
-        from jobs import services, tasks
+        from jobs import services
         from jobs.models import Job
         from projects import services as project_services
+        from scheduling import tasks
 
         user = get_user_model().objects.create_user("bench", password="bench-password-1")
         tenant = account_services.create_tenant(actor=user, name="Bench", slug="bench")

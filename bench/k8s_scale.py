@@ -150,13 +150,13 @@ def main() -> int:
     from accounts import services as account_services
     from cluster.models import KubernetesCluster
     from jobs import services
-    from jobs.admission import admission_pass
     from jobs.backends import get_backend
     from jobs.backends import k8s_manifests as m
     from jobs.backends.k8s_watch import watches_for
     from jobs.models import Job
     from jobs.states import JobState
     from projects import services as project_services
+    from scheduling.admission import admission_pass
     from tests.jobs.test_k8s_live import platform_documents, server_side_apply
     from tests.k8s_cluster import KubeCluster
 

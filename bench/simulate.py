@@ -7,7 +7,7 @@ What runs (documented choices, fixed before looking at the results):
 
 * **Estimates are realistic** (``--estimate realistic``, the default): what live Gantry knows,
   the job's timeout. The Philly trace has no requested times, so they come from the
-  user-estimate model in jobs/scheduler/simulator.py (heavy over-estimation, some
+  user-estimate model in scheduling/simulator.py (heavy over-estimation, some
   under-estimation: such jobs are killed at their limit, for every policy alike). The oracle
   (true durations) runs only with ``--estimate oracle`` or as the extra, labelled
   ``gantry_oracle`` row of the reference window.
@@ -56,7 +56,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from jobs.scheduler import (  # noqa: E402 - path set up above, no Django needed
+from scheduling import (  # noqa: E402 - path set up above, no Django needed
     JobRequest,
     Node,
     PolicyConfig,
@@ -73,7 +73,7 @@ from jobs.scheduler import (  # noqa: E402 - path set up above, no Django needed
 
 TRACES = os.path.join(os.path.dirname(ROOT), "shared", "traces")
 BEFORE_REF = "884dfb6"  # jobs/scheduler/policy.py before issue 28
-LIVE_CONFIG = PolicyConfig(  # as jobs/admission.py's POLICY (no Django here to import it)
+LIVE_CONFIG = PolicyConfig(  # as scheduling/admission.py's POLICY (no Django here to import it)
     min_runtime_before_preempt_s=0.0,
     reclaim_after_wait_s=0.0,
     reclaim_work_ratio=float("inf"),
@@ -97,7 +97,7 @@ _BEFORE = None
 
 
 def before_policy(ref: str = BEFORE_REF):
-    """``schedule`` of jobs/scheduler/policy.py at git ``ref``, as a simulator policy."""
+    """``schedule`` of the policy (jobs/scheduler/policy.py then) at git ``ref``, as a simulator policy."""
     global _BEFORE
     if _BEFORE is None or _BEFORE[0] != ref:
         src = subprocess.run(

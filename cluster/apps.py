@@ -3,4 +3,4 @@ from django.apps import AppConfig
 
 class ClusterConfig(AppConfig):
     name = "cluster"
-    verbose_name = "Cluster and quotas"
+    verbose_name = "Cluster"

@@ -40,7 +40,7 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("datasets.urls")),
     path("", include("jobs.proxy_urls")),
-    path("", include("cluster.urls")),
+    path("", include("scheduling.urls")),
     path("", include("images.urls")),
     path("", include("modelhub.urls")),
     path("admin/", admin.site.urls),

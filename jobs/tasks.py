@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from jobs import services
-from jobs.admission import admission_pass
 from jobs.models import Job
 from jobs.states import LAUNCHED, TERMINAL, JobState
 
@@ -27,7 +25,7 @@ logger = logging.getLogger(__name__)
 
 SCHEDULES = {
     # name: (function, minutes between runs)
-    "jobs: admit and launch": ("jobs.tasks.admit_and_launch", 1),
+    "jobs: admit and launch": ("scheduling.tasks.admit_and_launch", 1),
     "jobs: reconcile": ("jobs.tasks.reconcile", 1),
     "jobs: clean up workdirs": ("jobs.tasks.cleanup", 60),
 }
@@ -53,31 +51,19 @@ def kick() -> None:
         if settings.REDIS_URL and not cache.add(KICK_PENDING, 1, timeout=30):
             return
         async_task(
-            "jobs.tasks.admit_and_launch", kicked=True, task_name="jobs: admit and launch (kick)"
+            "scheduling.tasks.admit_and_launch", kicked=True, task_name="jobs: admit and launch (kick)"
         )
     except Exception:  # the broker being down must not break the request that kicked
         logger.warning("could not queue an admission pass", exc_info=True)
 
 
-def admit_and_launch(kicked: bool = False) -> dict:
-    """Admit what fits, then start every admitted job's executors."""
-    if settings.REDIS_URL and kicked:
-        # Under a stream of submits a pass over a long queue would run back to back
-        # (a quarter of a core in the load benchmark): wait out the interval since the
-        # last kicked pass, while kicks keep coalescing into this one.
-        last = cache.get(LAST_KICKED_PASS)
-        if last is not None:
-            time.sleep(
-                min(max(0.0, last + settings.GANTRY_ADMISSION_KICK_SECONDS - time.time()), 60)
-            )
-        cache.set(LAST_KICKED_PASS, time.time(), timeout=3600)
-        cache.delete(KICK_PENDING)  # submits from now on need a pass after this one
-    admitted = admission_pass()
+def launch_admitted() -> int:
+    """Start every admitted job's executors (scheduling's pass runs this after admitting)."""
     launched = 0
     for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):
         if services.launch_job(job):
             launched += 1
-    return {"admitted": len(admitted), "launched": launched}
+    return launched
 
 
 def reconcile() -> dict:

@@ -1,7 +1,7 @@
 """Admission: which queued jobs start now, decided by the scheduling policy.
 
-Each pass reads the cluster once into a `jobs.scheduler.Snapshot`, calls
-`jobs.scheduler.schedule` (the same pure function `manage.py simulate` replays traces
+Each pass reads the cluster once into a `scheduling.policy.Snapshot`, calls
+`scheduling.policy.schedule` (the same pure function `manage.py simulate` replays traces
 through) and maps its Decision back onto the database:
 
 * **admitted** jobs move to `admitted` with `placement["nodes"]` (node name -> workers)
@@ -18,7 +18,7 @@ through) and maps its Decision back onto the database:
 What the snapshot holds:
 
 * nodes: `backend.nodes()`;
-* quotas: `cluster.TenantQuota`, keyed by tenant slug. A tenant without a row is *best
+* quotas: `scheduling.TenantQuota`, keyed by tenant slug. A tenant without a row is *best
   effort*: nothing guaranteed, it may borrow up to the whole cluster while it is idle, and
   every job of it runs on borrowed capacity (so a tenant within its guarantee reclaims it).
   GPU limits at or above the cluster's size are passed as unbounded (see `quota_for`);
@@ -51,8 +51,9 @@ from django.utils import timezone
 
 from jobs.backends import get_backend
 from jobs.models import Job
-from jobs.scheduler import JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot, schedule
 from jobs.states import ACTIVE, TERMINAL, JobState, transition
+from scheduling.models import TenantQuota
+from scheduling.policy import JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot, schedule
 
 ADMISSION_LOCK = 0x6A6F6273  # "jobs"
 # The live pass keeps immediate reclaim: the preemption guards the simulator measures with
@@ -70,6 +71,11 @@ UNBOUNDED = 1 << 20  # GPUs: more than any cluster has
 
 
 # --- reading the cluster ------------------------------------------------------------------
+
+
+def policy_nodes(backend) -> list[Node]:
+    """The backend's nodes as the policy's (the same fields; jobs never imports scheduling)."""
+    return [Node(n.name, n.gpus, n.cpus, n.memory_mb, n.gpu_model) for n in backend.nodes()]
 
 
 def tenant_key(tenant) -> str:
@@ -107,8 +113,6 @@ def quotas_for(tenants, cluster_gpus: int) -> dict[str, Quota]:
 
 def quotas_by_id(keys_by_id: dict[int, str], cluster_gpus: int) -> dict[str, Quota]:
     """Quotas for tenants given as id -> `tenant_key`."""
-    from cluster.models import TenantQuota
-
     # All rows (one per tenant at most): a long list of ids cost more than the rows.
     rows = {q.tenant_id: q for q in TenantQuota.objects.all()}
     return {key: quota_for(key, rows.get(pk), cluster_gpus) for pk, key in keys_by_id.items()}
@@ -252,20 +256,6 @@ class Devices:
         return placement
 
 
-def devices_overlap(a: dict, b: dict) -> bool:
-    """Do two placements share a GPU index or CPU slot on the same node?"""
-
-    def held(p):
-        hosts = p.get("hosts") or {}
-        out = set()
-        for kind in ("gpus", "cpus"):
-            for rank, ids in (p.get(kind) or {}).items():
-                out.update((kind, hosts.get(rank), i) for i in ids)
-        return out
-
-    return not held(a).isdisjoint(held(b))
-
-
 # --- free capacity, in words -------------------------------------------------------
 
 
@@ -336,10 +326,8 @@ def _field_of(message: str) -> str:
 def never_runs(project, spec: dict, backend=None) -> tuple[str, str] | None:
     """(form field, message) if a job of this shape can never start for the project's
     tenant — larger than every node or than the tenant's quota — else None."""
-    from cluster.models import TenantQuota
-
     backend = backend or get_backend()
-    nodes = backend.nodes()
+    nodes = policy_nodes(backend)
     tenant = project.tenant
     quota = quota_for(
         tenant_key(tenant),
@@ -361,6 +349,20 @@ def never_runs(project, spec: dict, backend=None) -> tuple[str, str] | None:
     if wait is None or not wait.code.startswith("too_large"):
         return None
     return _field_of(wait.message), in_words(wait.code, wait.message)
+
+
+def never_runs_receiver(sender, project, spec: dict, backend=None, **kwargs):
+    """`jobs.signals.submit_check`: jobs asks before it queues a job."""
+    return never_runs(project, spec, backend)
+
+
+def tenant_limits_receiver(sender, tenant, **kwargs) -> dict | None:
+    """`jobs.signals.tenant_limits`: a tenant's hard limits (the Kubernetes backend's
+    ResourceQuota), or None when it has no quota row."""
+    quota = TenantQuota.objects.filter(tenant=tenant).first()
+    if quota is None:
+        return None
+    return {"gpus": quota.max_gpus, "cpus": quota.max_cpus, "memory_mb": quota.max_memory_mb}
 
 
 # --- the pass -----------------------------------------------------------------------------
@@ -389,7 +391,7 @@ def preemption_reason(why: str, tenant_of: dict[str, str]) -> str:
 @transaction.atomic
 def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
     """One scheduling pass: admit, preempt, explain. Returns the jobs admitted."""
-    from jobs import services
+    from jobs.services.lifecycle import preempt_job
 
     backend = backend or get_backend()
     _serialize_passes()
@@ -397,7 +399,7 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
     if not queue:
         return []
     now = now or timezone.now()
-    nodes = backend.nodes()
+    nodes = policy_nodes(backend)
     active = list(
         Job.objects.filter(state__in=ACTIVE, backend=backend.name).select_related("project__tenant")
     )
@@ -432,7 +434,7 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         tenant_of = {jid: j.tenant for jid, j in queued_by_id.items()}
         tenant_of.update((jid, tenant_key(j.project.tenant)) for jid, j in running_by_id.items())
         for victim, why in victims:
-            services.preempt_job(victim, preemption_reason(why, tenant_of))
+            preempt_job(victim, preemption_reason(why, tenant_of))
 
     quotas = snapshot.quotas
     used = defaultdict(int)

@@ -1,6 +1,6 @@
 from django import forms
 
-from cluster.models import TenantQuota
+from scheduling.models import TenantQuota
 
 
 class TenantQuotaForm(forms.ModelForm):

@@ -47,7 +47,7 @@ Policy, in order of application (see ``schedule``):
    fill its guarantee in (priority desc, start time asc) order, the rest are borrowed.
    Admissions in a decision may use resources of the jobs listed in ``preempt``: the
    executor must let those exit (SIGTERM + grace) before starting the admitted pods.
-   (Live admission reclaims at once, guards off: ``jobs/admission.py``.)
+   (Live admission reclaims at once, guards off: ``scheduling/admission.py``.)
 7. **Explanations.** Every job left waiting gets a code, a plain-words message, its 1-based
    position among waiting jobs and, where computable, an estimated start.
 """

@@ -4,20 +4,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from cluster.models import TenantQuota
 from core import audit
+from jobs.services.usage import tenant_usage
 from projects.permissions import require
+from scheduling.models import TenantQuota
 
 QUOTA_FIELDS = ("guaranteed_gpus", "borrow_limit_gpus", "max_cpus", "max_memory_mb", "max_jobs", "weight")
-
-
-def tenant_usage(tenant) -> dict:
-    """GPUs, CPUs, memory and jobs the tenant's running work holds now."""
-    try:
-        from jobs.services import tenant_usage as jobs_usage
-    except ImportError:  # the jobs app is optional for this module
-        return {"gpus": 0, "cpus": 0, "memory_mb": 0, "jobs": 0}
-    return jobs_usage(tenant)
 
 
 @transaction.atomic

@@ -1,8 +1,8 @@
 from django.urls import path
 
-from cluster import views
+from scheduling import views
 
-app_name = "cluster"
+app_name = "scheduling"
 urlpatterns = [
     path("cluster/", views.ClusterOverviewView.as_view(), name="overview"),
     path("cluster/queue/", views.ClusterQueueView.as_view(), name="queue"),

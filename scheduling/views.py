@@ -5,14 +5,14 @@ from django.db.models import F
 from django.shortcuts import redirect, render
 
 from accounts.models import Tenant
-from cluster import services
-from cluster.forms import TenantQuotaForm
-from cluster.models import TenantQuota
-from cluster.nodes import machine_rows
 from core.views import GantryView, apply_service_errors
 from jobs.models import Job
 from jobs.states import JobState
 from projects.permissions import AUTHENTICATED
+from scheduling import services
+from scheduling.forms import TenantQuotaForm
+from scheduling.machines import machine_rows
+from scheduling.models import TenantQuota
 
 
 def backend_nodes() -> list[dict]:
@@ -62,7 +62,7 @@ class ClusterOverviewView(GantryView):
 
     def get(self, request):
         from jobs.backends.sandbox import isolation_notice
-        from jobs.services import usage_by_tenant
+        from jobs.services.usage import usage_by_tenant
 
         nodes = backend_nodes()
         machines, machine_problems = machine_rows(request.user)
@@ -85,7 +85,7 @@ class ClusterOverviewView(GantryView):
             )
         return render(
             request,
-            "cluster/overview.html",
+            "scheduling/overview.html",
             {
                 "nodes": nodes,
                 "rows": rows,
@@ -115,7 +115,7 @@ class QueueView(GantryView):
     def render_queue(self, request, jobs, context):
         page = Paginator(jobs, self.paginate_by).get_page(request.GET.get("page"))
         context = {**context, "page": page, "objects": page.object_list}
-        template = "cluster/_queue_table.html" if request.htmx else "cluster/queue.html"
+        template = "scheduling/_queue_table.html" if request.htmx else "scheduling/queue.html"
         return render(request, template, context)
 
 
@@ -167,5 +167,5 @@ class QuotaEditView(GantryView):
                 messages.success(request, f"Saved the quota of {tenant.name}.")
                 for warning in warnings:
                     messages.warning(request, warning)
-                return redirect("cluster:overview")
+                return redirect("scheduling:overview")
         return render(request, "core/form.html", {"form": form, "object": tenant, "title": f"Quota of {tenant.name}", "submit_label": "Save quota"}, status=400)

@@ -1351,7 +1351,7 @@ FORM_PAGES = {
     "modelhub:version_predict": Page(
         "model_version", lambda w: {"command": "python predict.py", "inputs": "[]"}
     ),
-    "cluster:quota_edit": Page(
+    "scheduling:quota_edit": Page(
         "tenant", lambda w: {"guaranteed_gpus": "0", "borrow_limit_gpus": "0", "weight": "1.0"}
     ),
 }

@@ -13,7 +13,7 @@ NAVIGATION = [
     ("Jobs", "jobs:job_list", "bi-cpu"),
     ("Models", "modelhub:model_list", "bi-box-seam"),
     ("Images", "images:image_list", "bi-layers"),
-    ("Cluster", "cluster:overview", "bi-hdd-rack"),
+    ("Cluster", "scheduling:overview", "bi-hdd-rack"),
 ]
 
 

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jobs.scheduler import Node
+
+@dataclass(frozen=True)
+class Node:
+    """One machine jobs can be placed on, with its whole capacity for jobs. Admission
+    hands these to the scheduling policy (whose `Node` has the same fields)."""
+
+    name: str
+    gpus: int
+    cpus: float
+    memory_mb: int
+    gpu_model: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,7 +63,7 @@ class Backend:
     def nodes(self) -> list[Node]:
         """The machines jobs can be placed on, as the scheduling policy sees them.
 
-        Admission builds its `jobs.scheduler.Snapshot` from these once per pass: every
+        Admission builds its `scheduling.policy.Snapshot` from these once per pass: every
         worker of a job lands on one node, and a job's `placement["nodes"]` maps node
         names to worker counts. Report each node's whole capacity for jobs (Kubernetes:
         allocatable), not what is free now: admission subtracts Gantry's active jobs

@@ -227,12 +227,13 @@ def manifest_config(ref: ClusterRef) -> m.ManifestConfig:
 
 
 def quota_spec(tenant) -> m.QuotaSpec | None:
-    from cluster.models import TenantQuota
+    """The tenant's limits as scheduling answers them (jobs.signals.tenant_limits)."""
+    from jobs.signals import first_answer, tenant_limits
 
-    quota = TenantQuota.objects.filter(tenant=tenant).first()
-    if quota is None:
+    limits = first_answer(tenant_limits, tenant=tenant)
+    if limits is None:
         return None
-    return m.QuotaSpec(gpus=quota.max_gpus, cpus=quota.max_cpus, memory_mb=quota.max_memory_mb)
+    return m.QuotaSpec(gpus=limits["gpus"], cpus=limits["cpus"], memory_mb=limits["memory_mb"])
 
 
 class KubernetesBackend(Backend):
@@ -311,7 +312,7 @@ class KubernetesBackend(Backend):
         return self._snapshot()[0]
 
     def nodes(self):
-        from jobs.scheduler import Node
+        from jobs.backends.base import Node
 
         return [
             Node(

@@ -51,8 +51,7 @@ from django.conf import settings
 
 from core.nvml import nvidia_smi_query, nvml_query
 from jobs.backends import sandbox
-from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
-from jobs.scheduler import Node
+from jobs.backends.base import Backend, Capacity, Gpu, Node, WorkerProbe
 
 logger = logging.getLogger(__name__)
 

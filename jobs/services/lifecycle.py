@@ -30,10 +30,11 @@ from django.utils import timezone
 
 from core import audit
 from jobs import states
-from jobs.admission import devices_overlap, never_runs
 from jobs.backends import get_backend
 from jobs.consumers import publish_lines, publish_metrics
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, LogChunk, MetricPoint
+from jobs.placement import devices_overlap
+from jobs.signals import first_answer, submit_check
 from jobs.states import JobState, transition
 from projects.permissions import require
 
@@ -271,7 +272,7 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **
     from datasets.services import clean_job_inputs
 
     clean["inputs"] = clean_job_inputs(actor, project, clean["inputs"])
-    never = never_runs(project, clean, backend)
+    never = first_answer(submit_check, project=project, spec=clean, backend=backend)
     if never:
         raise ValidationError({never[0]: never[1]})
     refusal = getattr(backend, "submit_problem", lambda project: None)(project)

@@ -4,10 +4,10 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
-from cluster.services import set_tenant_quota
 from jobs import services as job_services
-from jobs.admission import admission_pass
 from jobs.backends import reset_backends
+from scheduling.admission import admission_pass
+from scheduling.services import set_tenant_quota
 
 pytestmark = pytest.mark.django_db
 
@@ -36,7 +36,7 @@ def test_a_quota_below_current_usage_is_saved_with_a_warning(client_for, owner, 
     run_jobs(owner, project, 3)
     client = client_for(owner)
     response = client.post(
-        reverse("cluster:quota_edit", args=[tenant.pk]),
+        reverse("scheduling:quota_edit", args=[tenant.pk]),
         {"guaranteed_gpus": 1, "borrow_limit_gpus": 0, "max_jobs": 0, "weight": 1},
     )
     assert response.status_code == 302
@@ -56,7 +56,7 @@ def test_the_overview_shows_usage_against_guarantee_and_borrow_limit(
     run_jobs(owner, project, 2, 2)  # one runs on 1 own + 1 borrowed GPU, one waits
     client = client_for(owner)
     with django_assert_max_num_queries(12):
-        page = client.get(reverse("cluster:overview"))
+        page = client.get(reverse("scheduling:overview"))
     row = page.context["rows"][0]
     assert row["usage"] == {"gpus": 2, "cpus": 1, "memory_mb": 256, "jobs": 1, "queued": 1}
     assert row["limit"] == 3
@@ -64,11 +64,11 @@ def test_the_overview_shows_usage_against_guarantee_and_borrow_limit(
     assert widths == [33.3, 33.3, 0, 33.3]
     html = page.content.decode()
     assert "2 in use · 1 guaranteed · may borrow 2 more (limit 3)" in html
-    assert reverse("cluster:tenant_queue", args=[tenant.pk]) in html
+    assert reverse("scheduling:tenant_queue", args=[tenant.pk]) in html
     assert page.context["cluster_gpus"] == 4
 
 
 def test_a_tenant_without_a_quota_is_shown_as_best_effort(client_for, owner, tenant):
-    page = client_for(owner).get(reverse("cluster:overview"))
+    page = client_for(owner).get(reverse("scheduling:overview"))
     assert "no quota: best effort" in page.content.decode()
     assert page.context["rows"][0]["limit"] == 4

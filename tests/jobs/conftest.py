@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from jobs import tasks
 from jobs.backends import get_backend, reset_backends
 from jobs.backends.local import process_start_time
 from jobs.models import Job, JobWorker
+from scheduling import tasks
 
 WAIT_SECONDS = 60
 

@@ -452,7 +452,7 @@ def test_without_a_sandbox_launch_refuses_a_queued_job_of_a_second_tenant(
     services.submit_job(owner, project, name="a", command="python -c pass")
     late = services.submit_job(outsider, other_project, name="b", command="python -c pass")
     unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = False
-    from jobs import tasks
+    from scheduling import tasks
 
     tasks.admit_and_launch()
     late.refresh_from_db()
@@ -480,7 +480,7 @@ def test_cluster_page_says_when_jobs_are_not_isolated(unisolated, client_for, ow
     client = client_for(owner)
     from django.urls import reverse
 
-    page = client.get(reverse("cluster:overview")).content.decode()
+    page = client.get(reverse("scheduling:overview")).content.decode()
     assert "Jobs on this machine are not isolated" in page
     assert "the sandbox is turned off (GANTRY_SANDBOX=off)" in page
 

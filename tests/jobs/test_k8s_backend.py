@@ -16,14 +16,15 @@ from datetime import UTC, datetime, timedelta
 import kubernetes_validate
 import pytest
 
-from cluster.models import KubernetesCluster, TenantQuota
+from cluster.models import KubernetesCluster
 from jobs import services as job_services
-from jobs.admission import admission_pass
 from jobs.backends import get_backend, reset_backends
 from jobs.backends import k8s_manifests as m
 from jobs.backends.k8s_watch import assess_pod, watches_for
 from jobs.backends.kubernetes import ClusterRef
 from jobs.models import Job, JobWorker
+from scheduling.admission import admission_pass
+from scheduling.models import TenantQuota
 
 from .k8s_fake_api import FakeKubeAPI
 

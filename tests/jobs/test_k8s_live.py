@@ -180,7 +180,7 @@ class Gantry:
 
     def submit(self, owner, project, **spec):
         from jobs import services
-        from jobs.admission import admission_pass
+        from scheduling.admission import admission_pass
 
         spec.setdefault("command", "python train.py")
         job = services.submit_job(owner, project, **spec)
@@ -196,7 +196,7 @@ class Gantry:
     def relaunch(self, job):
         """The admission and launch tasks take a retried job's next attempt."""
         from jobs import services
-        from jobs.admission import admission_pass
+        from scheduling.admission import admission_pass
 
         job.refresh_from_db()
         assert job.state == "queued", job.state_reason
@@ -337,7 +337,7 @@ def test_every_generated_object_is_accepted_with_quota_and_limits_on(gantry, ten
 
     tenant, _ = tenant_project
     conn = gantry.backend.connection(gantry.ref)
-    from cluster.models import TenantQuota
+    from scheduling.models import TenantQuota
 
     TenantQuota.objects.create(tenant=tenant, guaranteed_gpus=16, max_cpus=64, max_memory_mb=65536)
     ns = gantry.backend.ensure_tenant(conn, tenant)
@@ -530,7 +530,7 @@ def blocker_pod(ns: str, gpus: int) -> dict:
 def test_a_quota_refusal_shows_the_real_message_and_the_job_runs_once_it_frees(
     gantry, admin, tenant_project, owner
 ):
-    from cluster.models import TenantQuota
+    from scheduling.models import TenantQuota
 
     tenant, project = tenant_project
     TenantQuota.objects.create(tenant=tenant, guaranteed_gpus=2)

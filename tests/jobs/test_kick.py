@@ -10,6 +10,7 @@ from django.core.cache import cache
 from django_q.brokers import get_broker
 
 from jobs import tasks
+from scheduling.tasks import admit_and_launch
 
 pytestmark = pytest.mark.django_db
 
@@ -31,21 +32,21 @@ def test_kicks_coalesce_until_the_pass_starts(broker):
     tasks.kick()
     tasks.kick()
     assert broker.queue_size() == 1
-    tasks.admit_and_launch(kicked=True)
+    admit_and_launch(kicked=True)
     tasks.kick()  # after the pass started: needs a pass of its own
     assert broker.queue_size() == 2
 
 
 def test_kicked_passes_wait_out_the_interval(broker, monkeypatch, settings):
     slept = []
-    monkeypatch.setattr(tasks.time, "sleep", slept.append)
+    monkeypatch.setattr(time, "sleep", slept.append)  # scheduling.tasks.time
     settings.GANTRY_ADMISSION_KICK_SECONDS = 5
-    tasks.admit_and_launch(kicked=True)
+    admit_and_launch(kicked=True)
     assert slept == []  # the first one runs at once
-    tasks.admit_and_launch(kicked=True)
+    admit_and_launch(kicked=True)
     assert len(slept) == 1 and 4 < slept[0] <= 5
     cache.set(tasks.LAST_KICKED_PASS, time.time() - 10)
-    tasks.admit_and_launch(kicked=True)
+    admit_and_launch(kicked=True)
     assert slept[1:] == [0.0]
-    tasks.admit_and_launch()  # the scheduled pass never waits
+    admit_and_launch()  # the scheduled pass never waits
     assert len(slept) == 2

@@ -6,9 +6,9 @@ import pytest
 from rest_framework.test import APIClient
 
 from jobs import services
-from jobs.admission import admission_pass
 from jobs.backends import reset_backends
 from jobs.models import Job
+from scheduling.admission import admission_pass
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/jobs/?page_size=50"

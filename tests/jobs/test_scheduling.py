@@ -17,13 +17,14 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from cluster.services import set_tenant_quota
-from jobs import services, tasks
-from jobs.admission import admission_pass
+from jobs import services
 from jobs.backends import reset_backends
 from jobs.models import Job
 from jobs.queries import log_lines
 from jobs.states import transition
+from scheduling import tasks
+from scheduling.admission import admission_pass
+from scheduling.services import set_tenant_quota
 from tests.jobs.conftest import wait_for, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -290,7 +291,7 @@ def test_the_queue_page_shows_position_and_reason_to_the_tenant_and_404_to_outsi
     blocker = submit(owner, project, gpus=4)
     waiting = submit(owner, project, gpus=2, timeout_seconds=600)
     admission_pass()
-    url = reverse("cluster:tenant_queue", args=[tenant.pk])
+    url = reverse("scheduling:tenant_queue", args=[tenant.pk])
 
     page = client_for(member).get(url)
     assert page.status_code == 200
@@ -301,7 +302,7 @@ def test_the_queue_page_shows_position_and_reason_to_the_tenant_and_404_to_outsi
     assert '<td class="text-end fw-semibold">1</td>' in html
 
     assert client_for(outsider).get(url).status_code == 404
-    everything = client_for(outsider).get(reverse("cluster:queue"))
+    everything = client_for(outsider).get(reverse("scheduling:queue"))
     assert list(everything.context["objects"]) == []
     assert blocker.pk  # admitted, so not on the queue
 
@@ -387,10 +388,10 @@ def test_member_sees_other_tenants_only_through_visible_projects(
     submit(outsider, other_project, gpus=4)
     mine = submit(owner, project, gpus=4)
     admission_pass()
-    assert [j.pk for j in client_for(owner).get(reverse("cluster:queue")).context["objects"]] == [
+    assert [j.pk for j in client_for(owner).get(reverse("scheduling:queue")).context["objects"]] == [
         mine.pk
     ]
-    assert len(client_for(admin).get(reverse("cluster:queue")).context["objects"]) == 1
+    assert len(client_for(admin).get(reverse("scheduling:queue")).context["objects"]) == 1
 
 
 # --- manage.py simulate --------------------------------------------------------------------

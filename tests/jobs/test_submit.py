@@ -177,7 +177,7 @@ def test_transitions_are_guarded_against_races(owner, project):
 def test_queued_jobs_say_why_they_wait(owner, project):
     big = services.submit_job(owner, project, command="python x.py", cpus=4)
     small = services.submit_job(owner, project, command="python x.py", cpus=1)
-    from jobs.admission import admission_pass
+    from scheduling.admission import admission_pass
 
     assert admission_pass() == [big]
     small.refresh_from_db()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.scheduler import (
+from scheduling import (
     WAIT_CODES,
     JobRequest,
     Node,

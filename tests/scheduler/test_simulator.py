@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs.scheduler import (
+from scheduling import (
     Node,
     PolicyConfig,
     Quota,

@@ -1,6 +1,6 @@
 """`manage.py simulate TRACE`: replay a GPU trace through the live scheduling policy.
 
-A thin wrapper of `jobs.scheduler.run_simulation` (the engine of bench/simulate.py):
+A thin wrapper of `scheduling.run_simulation` (the engine of bench/simulate.py):
 the Gantry policy and a FIFO baseline run on the same trace, nodes and quotas in this
 process, and the headline numbers are printed (the full result with `--out`).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.scheduler import (
+from scheduling import (
     Node,
     Quota,
     TraceError,
@@ -66,7 +66,7 @@ def read_quotas(path: str, tenants: set[str], total: int) -> dict[str, Quota]:
 def db_quotas(tenants: set[str], total: int) -> dict[str, Quota]:
     """This installation's TenantQuota rows, by tenant slug; others best effort."""
     from accounts.models import Tenant
-    from jobs.admission import quotas_for
+    from scheduling.admission import quotas_for
 
     known = quotas_for(Tenant.objects.filter(slug__in=tenants).select_related("quota"), total)
     return {t: known.get(t) or Quota(t, 0, total) for t in tenants}
@@ -80,7 +80,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("trace", help="trace CSV or CSV.gz (see jobs/scheduler/traces.py)")
+        parser.add_argument("trace", help="trace CSV or CSV.gz (see scheduling/traces.py)")
         parser.add_argument("--nodes", type=int, default=32, help="number of nodes (32)")
         parser.add_argument("--gpus-per-node", type=int, default=8)
         parser.add_argument("--cpus-per-node", type=int, default=64)
@@ -104,7 +104,7 @@ class Command(BaseCommand):
             choices=["realistic", "user", "oracle", "none"],
             default="realistic",
             help="runtime estimates the policy sees: 'realistic' (the trace's requested time, "
-            "else a user-estimate model; see jobs/scheduler/simulator.py), 'oracle' (true "
+            "else a user-estimate model; see scheduling/simulator.py), 'oracle' (true "
             "durations, optimistic), 'none'",
         )
         parser.add_argument("--out", help="write the full results as JSON here")

@@ -1,0 +1,27 @@
+"""What jobs asks of the apps above it, without importing them (jobs never imports
+scheduling or cluster): Django signals whose receivers answer.
+
+* `submit_check(project, spec, backend)`: sent before a job is queued. A receiver returns
+  None, or (form field, message) when a job of this shape can never start (larger than
+  every node or than the tenant's quota); the first answer refuses the submit.
+* `tenant_limits(tenant)`: a receiver returns the tenant's hard limits as a dict
+  (`gpus`, `cpus`, `memory_mb`; None = no limit), or None when the tenant has none. The
+  Kubernetes backend turns them into the namespace's ResourceQuota.
+
+Scheduling connects its receivers in `SchedulingConfig.ready`. Jobs tell scheduling that
+the queue changed through a task name (`jobs.tasks.kick` queues
+"scheduling.tasks.admit_and_launch"), not an import.
+"""
+
+from django.dispatch import Signal
+
+submit_check = Signal()
+tenant_limits = Signal()
+
+
+def first_answer(signal: Signal, **kwargs):
+    """The first receiver's answer that is not None, or None."""
+    for _receiver, answer in signal.send(sender=None, **kwargs):
+        if answer is not None:
+            return answer
+    return None
