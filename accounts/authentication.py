@@ -10,7 +10,6 @@ from rest_framework import authentication, exceptions
 
 from accounts.models import ApiToken
 from core import generations
-from projects.models import Project
 
 logger = logging.getLogger(__name__)
 User = get_user_model()
@@ -68,7 +67,7 @@ def _token_from(entry) -> ApiToken:
     token = ApiToken.from_db("default", _TOKEN_FIELDS, token_values)
     token.user = User.from_db("default", _USER_FIELDS, user_values)
     if project_values is not None:
-        token.project = Project.from_db("default", _PROJECT_FIELDS, project_values)
+        token.project = ApiToken._meta.get_field("project").related_model.from_db("default", _PROJECT_FIELDS, project_values)
     return token
 
 

@@ -77,10 +77,10 @@ class ApiTokenForm(forms.Form):
     )
 
     def __init__(self, *args, user, **kwargs):
-        from projects.models import Project
-
         super().__init__(*args, **kwargs)
-        self.fields["project"].queryset = Project.objects.visible_to(user).select_related("tenant")
+        # The projects a token may be limited to: the token's relation knows their model.
+        projects = ApiToken._meta.get_field("project").related_model.objects
+        self.fields["project"].queryset = projects.visible_to(user).select_related("tenant")
 
     def expires_at(self):
         days = self.cleaned_data.get("expires_in_days")

@@ -48,6 +48,16 @@ class TenantQuerySet(models.QuerySet):
             return self
         return self.filter(Exists(Membership.objects.filter(tenant=OuterRef("pk"), user=user)))
 
+    def administered_by(self, user):
+        """Tenants the user is an owner or admin of (their audit log, say)."""
+        return self.filter(
+            Exists(
+                Membership.objects.filter(
+                    tenant=OuterRef("pk"), user=user, role__in=[TenantRole.ADMIN, TenantRole.OWNER]
+                )
+            )
+        )
+
 
 class Tenant(models.Model):
     """A lab or team: the unit of isolation. Every other row traces back to one tenant."""

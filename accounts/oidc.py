@@ -15,7 +15,8 @@ Gantry adds, and why:
   matching e-mail address or username alone: a provider account named "admin"
   must not sign in as the local break-glass administrator.
 * The `groups` claim becomes tenant and project roles at every sign-in
-  (`accounts.services.sync_oidc_user`).
+  (`accounts.services.sync_oidc_user` hands it to `GANTRY_OIDC_GROUPS_HANDLER`,
+  `projects.sso.apply_groups`).
 
 The same JWKS validates OIDC bearer access tokens for the API
 (`accounts.authentication.OidcBearerAuthentication`).
@@ -24,10 +25,8 @@ The same JWKS validates OIDC bearer access tokens for the API
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
 import httpx
@@ -211,80 +210,6 @@ def decode_token(token: str, *, audience: str) -> dict:
         raise InvalidToken(f"Token is not valid: {exc}") from exc
 
 
-# --- Groups -> roles ----------------------------------------------------------
-
-_PLACEHOLDERS = {
-    "tenant": r"(?P<tenant>[^/]+)",
-    "project": r"(?P<project>[^/]+)",
-    "role": r"(?P<role>[^/]+)",
-}
-
-
-def compile_group_pattern(pattern: str, required: tuple[str, ...]) -> re.Pattern:
-    """`/labs/{tenant}/{role}` -> a regular expression; each placeholder stands for one path segment."""
-    missing = [name for name in required if "{" + name + "}" not in pattern]
-    if missing:
-        raise ValueError(f"must contain {', '.join('{' + m + '}' for m in missing)}")
-    regex = re.escape(pattern.strip("/"))
-    for name, group in _PLACEHOLDERS.items():
-        regex = regex.replace(re.escape("{" + name + "}"), group, 1)
-    return re.compile(regex)
-
-
-@dataclass
-class GroupGrants:
-    """What a `groups` claim asks for, before it meets the database."""
-
-    tenants: dict[str, str] = field(default_factory=dict)  # tenant slug -> tenant role
-    projects: dict[tuple[str, str], str] = field(default_factory=dict)  # (tenant, project) -> role
-    ignored: list[tuple[str, str]] = field(default_factory=list)  # (group, why)
-
-
-def parse_groups(groups) -> GroupGrants:
-    """Read the `groups` claim by the configured patterns; the highest role per place wins."""
-    from accounts.models import TenantRole
-    from projects.models import ProjectRole
-
-    tenant_re = compile_group_pattern(settings.GANTRY_OIDC_TENANT_GROUP_PATTERN, ("tenant", "role"))
-    project_re = compile_group_pattern(
-        settings.GANTRY_OIDC_PROJECT_GROUP_PATTERN, ("tenant", "project", "role")
-    )
-    tenant_rank = {role: rank for rank, role in enumerate(TenantRole.values)}
-    project_rank = {role: rank for rank, role in enumerate(ProjectRole.values)}
-    grants = GroupGrants()
-    if groups is None:
-        return grants
-    if isinstance(groups, str):
-        groups = [groups]
-    if not isinstance(groups, list):
-        grants.ignored.append((repr(groups)[:100], "the groups claim is not a list"))
-        return grants
-    for group in groups:
-        if not isinstance(group, str):
-            grants.ignored.append((repr(group)[:100], "not a string"))
-            continue
-        path = group.strip("/")
-        if match := project_re.fullmatch(path):
-            role, key = match["role"], (match["tenant"], match["project"])
-            if role not in project_rank:
-                grants.ignored.append((group, f"unknown project role {role!r}"))
-            elif (
-                key not in grants.projects
-                or project_rank[role] > project_rank[grants.projects[key]]
-            ):
-                grants.projects[key] = role
-        elif match := tenant_re.fullmatch(path):
-            role, slug = match["role"], match["tenant"]
-            if role not in tenant_rank:
-                grants.ignored.append((group, f"unknown tenant role {role!r}"))
-            elif (
-                slug not in grants.tenants or tenant_rank[role] > tenant_rank[grants.tenants[slug]]
-            ):
-                grants.tenants[slug] = role
-        # Groups that match neither pattern are the provider's business, not ours.
-    return grants
-
-
 # --- The backend -------------------------------------------------------------
 
 
@@ -348,7 +273,6 @@ class GantryOIDCBackend(OIDCAuthenticationBackend):
             raise OIDCError(
                 "The identity provider sent no preferred_username: add the 'profile' scope to the client."
             )
-        grants = parse_groups(userinfo.get("groups", payload.get("groups")))
         try:
             return services.sync_oidc_user(
                 subject=str(payload["sub"]),
@@ -356,7 +280,7 @@ class GantryOIDCBackend(OIDCAuthenticationBackend):
                 email=str(userinfo.get("email") or "")[:254],
                 first_name=str(userinfo.get("given_name") or "")[:150],
                 last_name=str(userinfo.get("family_name") or "")[:150],
-                grants=grants,
+                groups=userinfo.get("groups", payload.get("groups")),
             )
         except PermissionDenied as exc:
             raise SignInRefused(str(exc)) from exc

@@ -3,21 +3,23 @@
 import logging
 from datetime import datetime
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from accounts.models import (
     ApiToken,
     Membership,
-    MembershipSource,
     Tenant,
     TenantRole,
     TokenScope,
 )
+from accounts.signals import member_removed
 from core import audit
-from projects.permissions import forget_roles, require, tenant_role
+from core.access import forget_roles, require, tenant_role
 
 User = get_user_model()
 logger = logging.getLogger(__name__)
@@ -108,13 +110,11 @@ def change_member_role(*, actor, membership: Membership, role: str) -> Membershi
 
 @transaction.atomic
 def remove_member(*, actor, membership: Membership) -> None:
-    """Remove someone from a tenant, with their roles in its projects."""
-    from projects.models import ProjectMember
-
+    """Remove someone from a tenant, with their roles in its projects (`member_removed`)."""
     require(actor, "membership.manage", membership.tenant)
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
     _guard_owner_change(actor, membership.tenant, membership.role, None)
-    ProjectMember.objects.filter(project__tenant=membership.tenant, user=membership.user).delete()
+    member_removed.send(Membership, tenant=membership.tenant, user=membership.user)
     audit.record(actor, "membership.remove", membership, user=membership.user.username)
     membership.delete()
     forget_roles(membership.user)
@@ -198,15 +198,16 @@ def revoke_api_token(*, actor, token: ApiToken) -> ApiToken:
 
 @transaction.atomic
 def sync_oidc_user(
-    *, subject: str, username: str, email: str, first_name: str, last_name: str, grants
+    *, subject: str, username: str, email: str, first_name: str, last_name: str, groups
 ):
     """Create or update the user behind an OIDC sign-in and apply their groups as roles.
 
     Runs at every SSO sign-in. The user is found by the provider's `sub`; a local
     account with the same username is linked only when it has no password (an
     administrator created it ahead of the first sign-in) and no admin rights, so a
-    provider account can never take over a local one. `grants` is an
-    `accounts.oidc.GroupGrants`.
+    provider account can never take over a local one. `groups` is the `groups` claim as
+    the provider sent it; `GANTRY_OIDC_GROUPS_HANDLER` (projects.sso.apply_groups) turns
+    it into tenant and project roles. A user left in no tenant loses their API tokens.
     """
     user = User.objects.select_for_update().filter(oidc_subject=subject).first()
     if user is None:
@@ -228,7 +229,9 @@ def sync_oidc_user(
             changed.append(name)
     if changed:
         user.save(update_fields=changed)
-    _apply_oidc_grants(user, grants)
+    import_string(settings.GANTRY_OIDC_GROUPS_HANDLER)(user, groups)
+    if not user.is_superuser and not Membership.objects.filter(user=user).exists():
+        revoke_all_api_tokens(user, reason="no tenant left after single sign-on")
     return user
 
 
@@ -254,119 +257,6 @@ def _link_or_create_oidc_user(subject: str, username: str):
         f"A Gantry account named “{username}” already exists and is not linked to your "
         "single sign-on identity. Ask a lab administrator to resolve it."
     )
-
-
-def _apply_oidc_grants(user, grants) -> None:
-    """Make the user's SSO-sourced memberships match `grants`; local ones are never touched."""
-    from projects.models import Project, ProjectMember
-
-    for group, why in grants.ignored:
-        logger.warning("SSO: ignored group %r of %s: %s", group, user.username, why)
-
-    slugs = set(grants.tenants) | {tenant for tenant, _ in grants.projects}
-    tenants = {t.slug: t for t in Tenant.objects.filter(slug__in=slugs)}
-    for slug in sorted(slugs - set(tenants)):
-        logger.warning("SSO: ignored groups of %s naming unknown tenant %r", user.username, slug)
-    projects = {
-        (p.tenant.slug, p.slug): p
-        for p in Project.objects.filter(tenant__slug__in=tenants).select_related("tenant")
-    }
-    wanted_projects = {}
-    for key, role in grants.projects.items():
-        if key[0] not in tenants:
-            continue
-        if key not in projects:
-            logger.warning(
-                "SSO: ignored group of %s naming unknown project %s/%s", user.username, *key
-            )
-            continue
-        wanted_projects[projects[key].pk] = (projects[key], role)
-    # A project role needs a place in its tenant: being a member is implied.
-    wanted_tenants = {
-        tenants[slug].pk: (tenants[slug], role)
-        for slug, role in grants.tenants.items()
-        if slug in tenants
-    }
-    for project, _ in wanted_projects.values():
-        wanted_tenants.setdefault(project.tenant_id, (project.tenant, TenantRole.MEMBER))
-
-    memberships = {
-        m.tenant_id: m
-        for m in Membership.objects.select_for_update().filter(user=user).select_related("tenant")
-    }
-    for tenant_id, (tenant, role) in wanted_tenants.items():
-        membership = memberships.get(tenant_id)
-        if membership is None:
-            membership = Membership.objects.create(
-                tenant=tenant, user=user, role=role, source=MembershipSource.OIDC
-            )
-            memberships[tenant_id] = membership
-            audit.record(
-                None, "membership.add", membership, user=user.username, role=role, source="oidc"
-            )
-        elif membership.source == MembershipSource.OIDC and membership.role != role:
-            old, membership.role = membership.role, role
-            membership.save(update_fields=["role"])
-            audit.record(
-                None,
-                "membership.change",
-                membership,
-                user=user.username,
-                old=old,
-                new=role,
-                source="oidc",
-            )
-    for tenant_id, membership in list(memberships.items()):
-        if membership.source == MembershipSource.OIDC and tenant_id not in wanted_tenants:
-            if membership.role == TenantRole.OWNER and not (
-                Membership.objects.filter(tenant_id=tenant_id, role=TenantRole.OWNER)
-                .exclude(pk=membership.pk)
-                .exists()
-            ):
-                # The provider is the authority: access goes, even if the tenant loses its last owner.
-                logger.warning(
-                    "SSO: %s left %s, which now has no owner", user.username, membership.tenant
-                )
-            ProjectMember.objects.filter(project__tenant_id=tenant_id, user=user).delete()
-            audit.record(None, "membership.remove", membership, user=user.username, source="oidc")
-            membership.delete()
-            del memberships[tenant_id]
-
-    project_members = {
-        pm.project_id: pm
-        for pm in ProjectMember.objects.select_for_update()
-        .filter(user=user)
-        .select_related("project__tenant")
-    }
-    for project_id, (project, role) in wanted_projects.items():
-        member = project_members.get(project_id)
-        if member is None:
-            member = ProjectMember.objects.create(
-                project=project, user=user, role=role, source=MembershipSource.OIDC
-            )
-            audit.record(
-                None, "projectmember.add", member, user=user.username, role=role, source="oidc"
-            )
-        elif member.source == MembershipSource.OIDC and member.role != role:
-            old, member.role = member.role, role
-            member.save(update_fields=["role"])
-            audit.record(
-                None,
-                "projectmember.change",
-                member,
-                user=user.username,
-                old=old,
-                new=role,
-                source="oidc",
-            )
-    for project_id, member in project_members.items():
-        if member.source == MembershipSource.OIDC and project_id not in wanted_projects:
-            audit.record(None, "projectmember.remove", member, user=user.username, source="oidc")
-            member.delete()
-    forget_roles(user)
-
-    if not memberships and not user.is_superuser:
-        revoke_all_api_tokens(user, reason="no tenant left after single sign-on")
 
 
 def revoke_all_api_tokens(user, *, reason: str) -> int:

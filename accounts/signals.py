@@ -5,10 +5,14 @@ changed role must not keep working from the cache."""
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models.signals import post_delete, post_save
-from django.dispatch import receiver
+from django.dispatch import Signal, receiver
 
 from accounts.models import ApiToken
 from core import generations
+
+# Sent (with `tenant` and `user`) when a service takes someone out of a tenant, before the
+# membership row goes: apps above accounts drop what the user held in it (projects: roles).
+member_removed = Signal()
 
 
 def tokens_changed():

@@ -26,7 +26,6 @@ from core.views import (
     ServiceFormView,
     apply_service_errors,
 )
-from projects.models import Project
 
 
 class TenantListView(ObjectListView):
@@ -54,7 +53,7 @@ class TenantDetailView(ObjectDetailView):
 
     def get_extra_context(self, tenant):
         return {
-            "projects": Project.objects.visible_to(self.request.user).filter(tenant=tenant),
+            "projects": tenant.projects.visible_to(self.request.user),
             "memberships": tenant.memberships.select_related("user"),
             "add_member_form": MemberAddForm(),
         }

@@ -10,7 +10,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, pagination, permissions, serializers
 
-from projects.permissions import AUTHENTICATED, MATRIX_VIEW_OF, can, restrict, token_of
+from core.access import AUTHENTICATED, can, restrict, token_of, view_action_of
 
 
 class Pagination(pagination.PageNumberPagination):
@@ -128,8 +128,7 @@ class MatrixPermission(permissions.BasePermission):
         token = token_of(request)
         if can(request.user, action, obj, token=token):
             return True
-        view_action = MATRIX_VIEW_OF.get(action, action)
-        if not can(request.user, view_action, obj, token=token):
+        if not can(request.user, view_action_of(action), obj, token=token):
             raise Http404
         return False
 
@@ -165,7 +164,7 @@ class RestrictedViewSetMixin:
         if request is None or action is None:
             return model.objects.none()  # the schema generator; a refused request
         if action != AUTHENTICATED:
-            action = MATRIX_VIEW_OF.get(action, action)
+            action = view_action_of(action)
         rows = restrict(
             model.objects.all(), request.user, action, token_of(request), field=self.scope_field
         )

@@ -14,11 +14,10 @@ from django.db import transaction
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views import View
-from django.views.generic import TemplateView
 
+from core.access import AUTHENTICATED, get_object_for_user, restrict
 from core.filters import AuditEventFilterSet
 from core.models import AuditEvent
-from projects.permissions import AUTHENTICATED, get_object_for_user, restrict
 
 
 def apply_service_errors(form, error: ValidationError) -> None:
@@ -185,27 +184,6 @@ class ObjectDeleteView(GantryView):
 
 def obj_confirm_word(obj) -> str:
     return getattr(obj, "slug", None) or str(obj)
-
-
-class HomeView(LoginRequiredMixin, TemplateView):
-    """The dashboard. Needs no object permission: everything on it is `visible_to`."""
-
-    permission_action = AUTHENTICATED
-    template_name = "core/home.html"
-
-    def get_context_data(self, **kwargs):
-        from accounts.models import Tenant
-        from projects.models import Project
-
-        user = self.request.user
-        context = super().get_context_data(**kwargs)
-        context["tenants"] = Tenant.objects.visible_to(user)
-        projects = Project.objects.visible_to(user).select_related("tenant")
-        if self.request.tenant:
-            projects = projects.filter(tenant=self.request.tenant)
-        context["projects"] = projects[:12]
-        return context
-
 
 
 class AuditEventListView(ObjectListView):

@@ -1,3 +1,5 @@
+"""What every page's layout reads: the user's tenants (the tenant switcher) and the current one."""
+
 from accounts.models import Tenant
 from projects.permissions import access_of
 

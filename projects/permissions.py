@@ -21,13 +21,11 @@ from django.shortcuts import get_object_or_404
 
 from accounts.models import Membership, TenantRole
 from core import generations
+from core.access import AUTHENTICATED
 from projects.models import ProjectMember, ProjectRole, Visibility
 
 TENANT = "tenant"
 PROJECT = "project"
-# Not an entry of the matrix: views that need only a signed-in user (their querysets
-# hold nothing but the user's own rows, e.g. API tokens) declare this instead.
-AUTHENTICATED = "authenticated"
 
 TENANT_RANK = {role: rank for rank, role in enumerate(TenantRole.values)}
 PROJECT_RANK = {role: rank for rank, role in enumerate(ProjectRole.values)}
@@ -314,3 +312,8 @@ MATRIX_VIEW_OF = {
     if f"{action.split('.')[0]}.view" in MATRIX
 }
 MATRIX_VIEW_OF.update({"project.create": "tenant.view", "membership.manage": "membership.view"})
+
+
+def view_action_of(action: str) -> str:
+    """The view action that goes with `action` (core.access asks it), or `action` itself."""
+    return MATRIX_VIEW_OF.get(action, action)

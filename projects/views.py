@@ -1,11 +1,31 @@
+from django.contrib.auth.mixins import LoginRequiredMixin
 from django.urls import reverse
+from django.views.generic import TemplateView
 
 from accounts.models import Tenant
+from core.access import AUTHENTICATED
 from core.views import ObjectDeleteView, ObjectDetailView, ObjectListView, ServiceFormView
 from projects import services
 from projects.filters import ProjectFilterSet
 from projects.forms import ProjectForm, ProjectMemberAddForm, ProjectMemberRoleForm
 from projects.models import Project, ProjectMember
+
+
+class HomeView(LoginRequiredMixin, TemplateView):
+    """The dashboard. Needs no object permission: everything on it is `visible_to`."""
+
+    permission_action = AUTHENTICATED
+    template_name = "core/home.html"
+
+    def get_context_data(self, **kwargs):
+        user = self.request.user
+        context = super().get_context_data(**kwargs)
+        context["tenants"] = Tenant.objects.visible_to(user)
+        projects = Project.objects.visible_to(user).select_related("tenant")
+        if self.request.tenant:
+            projects = projects.filter(tenant=self.request.tenant)
+        context["projects"] = projects[:12]
+        return context
 
 
 class ProjectListView(ObjectListView):

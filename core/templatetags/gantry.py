@@ -2,7 +2,7 @@ from django import forms, template
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html_join
 
-from projects.permissions import can as matrix_can
+from core.access import can as matrix_can
 
 register = template.Library()
 

@@ -515,23 +515,7 @@ def test_sso_pages_answer_404_when_not_configured(client, db):
     assert client.get("/oidc/callback/?code=a&state=b").status_code == 404
 
 
-# --- Group patterns ---------------------------------------------------------------
-
-
-def test_groups_map_by_the_configured_pattern_highest_role_wins(settings):
-    settings.GANTRY_OIDC_TENANT_GROUP_PATTERN = "gantry-{tenant}-{role}"
-    settings.GANTRY_OIDC_PROJECT_GROUP_PATTERN = "gantry-{tenant}-{project}-{role}"
-    grants = oidc.parse_groups(
-        ["gantry-lab-member", "gantry-lab-owner", "gantry-lab-vision-viewer", "other", 7]
-    )
-    assert grants.tenants == {"lab": "owner"}
-    assert grants.projects == {("lab", "vision"): "viewer"}
-    assert [why for _, why in grants.ignored] == ["not a string"]
-
-
-def test_a_groups_claim_that_is_not_a_list_is_ignored():
-    grants = oidc.parse_groups({"evil": True})
-    assert not grants.tenants and grants.ignored
+# --- Settings ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
