@@ -11,8 +11,6 @@ from projects.views import HomeView
 
 api_patterns = [
     path("v1/executor/", include("jobs.executor_api")),
-    path("v1/executor/", include("datasets.executor_api")),
-    path("v1/executor/", include("modelhub.executor_api")),
     path("v1/", include(router.urls)),
     path("v1/", include("config.api_urls")),
     # The MLflow-compatible tracking API (tracking/): MLflow's own paths and answers.

@@ -24,7 +24,7 @@ from rest_framework.response import Response
 
 from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from core.parsers import JSONParser
-from datasets import downloads, services
+from datasets import downloads, job_outputs, services
 from datasets.filters import DatasetFilterSet
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession
 from projects.models import Project
@@ -249,13 +249,11 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
     @action(detail=True, methods=["post"], url_path="from-job")
     def from_job(self, request, pk=None):
         """Save a job's output files as a new version."""
-        from jobs.models import Job
-
         dataset = self.get_object()
         body = FromJobSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = get_object_for_user(
-            request.user, Job, "job.view", token=token_of(request), pk=body.validated_data["job"]
+        job = job_outputs.source().get_job(
+            request.user, body.validated_data["job"], token=token_of(request)
         )
         version = services.save_job_outputs(
             request.user, job, dataset, body.validated_data.get("message", "")

@@ -2,7 +2,7 @@ import django_filters
 from django.db.models import Q
 
 from datasets.models import Dataset
-from jobs.filters import visible_projects
+from projects.filters import visible_projects
 
 
 class DatasetFilterSet(django_filters.FilterSet):

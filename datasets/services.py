@@ -19,7 +19,7 @@ import tempfile
 import unicodedata
 import uuid
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +34,7 @@ from django.utils.text import slugify
 
 from core import audit
 from core.names import check_segments, normal_name
-from datasets import storage
+from datasets import job_outputs, storage
 from datasets.models import (
     ArchiveImport,
     Blob,
@@ -1210,16 +1210,15 @@ def save_job_outputs(actor, job, dataset: Dataset, message: str = "") -> Dataset
     require(actor, "dataset.create", dataset)
     if job.project.tenant_id != dataset.project.tenant_id:
         raise ValidationError("The job and the dataset must be in the same tenant.")
-    artifacts = list(job.artifacts.all())
-    if not artifacts:
+    outputs = job_outputs.source().files(job)
+    if not outputs:
         raise ValidationError("This job has no output files.")
-    _check_quota(dataset.project.tenant, sum(a.size for a in artifacts))
+    _check_quota(dataset.project.tenant, sum(f.size for f in outputs))
     blobs = {}
-    for artifact in artifacts:
-        path = str(artifact)
-        storage.copy_to_blob(artifact.sha256, artifact.file.name)
-        blobs[clean_path(path)], _ = Blob.objects.get_or_create(
-            sha256=artifact.sha256, defaults={"size": artifact.size}
+    for output in outputs:
+        storage.copy_to_blob(output.sha256, output.storage_name)
+        blobs[clean_path(output.path)], _ = Blob.objects.get_or_create(
+            sha256=output.sha256, defaults={"size": output.size}
         )
     return _create_version(
         actor,
@@ -1335,11 +1334,10 @@ def _clean_listed_input(entry: dict) -> dict:
     return entry
 
 
-def inputs_for_executor(job) -> list:
+def inputs_for_executor(job, file_url: Callable[[int], str]) -> list:
     """The job's inputs as the executor wants them: per mount, each file's URL, size and
-    sha256 (presigned GETs on S3; on the filesystem a Gantry URL the job token opens)."""
-    from django.urls import reverse
-
+    sha256 (presigned GETs on S3; on the filesystem `file_url(file id)`, the agent API's
+    URL that the job token opens)."""
     result = []
     for entry in job.inputs or []:
         if not isinstance(entry, dict) or "dataset_version" not in entry:
@@ -1351,7 +1349,7 @@ def inputs_for_executor(job) -> list:
             if storage.is_s3():
                 url = storage.presigned_get(blob_key(f["blob_id"]))
             else:
-                url = reverse("datasets_executor:file", args=[job.pk, f["pk"]])
+                url = file_url(f["pk"])
             listed.append(
                 {"path": f["path"], "url": url, "sha256": f["blob_id"], "size": f["size"]}
             )

@@ -11,7 +11,7 @@ from core.views import (
     ObjectListView,
     ServiceFormView,
 )
-from datasets import downloads, services
+from datasets import downloads, job_outputs, services
 from datasets.filters import DatasetFilterSet
 from datasets.forms import ArchiveForm, DatasetForm, FromJobForm
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession, UploadState
@@ -140,14 +140,7 @@ class DatasetFromJobView(ServiceFormView):
     submit_label = "Save as new version"
 
     def get_form_kwargs(self, dataset):
-        from jobs.models import Job
-
-        jobs = (
-            Job.objects.visible_to(self.request.user)
-            .filter(project__tenant=dataset.project.tenant, artifacts__isnull=False)
-            .distinct()
-            .order_by("-pk")
-        )
+        jobs = job_outputs.source().jobs_with_outputs(self.request.user, dataset.project.tenant)
         return {"jobs": jobs}
 
     def perform(self, form, dataset):

@@ -1,24 +1,44 @@
-"""The endpoints the executor talks to (protocol: executor/README.md).
+"""The agent API: every endpoint the executor talks to (protocol: executor/README.md):
+spec, logs, metrics, heartbeats, status, outputs, and the input files it stages
+(dataset files, model files).
 
 Plain Django views, not DRF: they take no session and no personal API token,
-only a job token (`Authorization: Bearer gjt_…`), and a job token reaches
-nothing but these URLs (the DRF authenticators ignore its prefix). Any token
-that is not good for the job in the URL gets the same 404 as a job that does
-not exist. They are left out of the public API schema on purpose.
+only a job token (`Authorization: Bearer gjt_…`), checked in one place
+(`JobTokenAuthentication`), and a job token reaches nothing but these URLs (the
+DRF authenticators ignore its prefix). Any token that is not good for the job in
+the URL gets the same 404 as a job that does not exist. They are left out of the
+public API schema on purpose.
+
+Dataset files are asked of datasets' services (jobs -> datasets). Model files
+belong to modelhub, which sits above jobs: it hands in how to find one when it
+starts (`find_model_files_with`, from modelhub/apps.py), so jobs never imports it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import wraps
+from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, JsonResponse
+from django.http import FileResponse, Http404, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from core.parsers import Unreadable, loads
-from jobs import services
+from datasets import downloads
+from datasets.models import DatasetFile
+from datasets.services import executor_may_read
+from jobs.models import Job
+from jobs.services.ingestion import (
+    ingest_logs,
+    ingest_metrics,
+    record_heartbeat,
+    record_worker_status,
+)
+from jobs.services.launch import executor_job, job_spec_for_executor, parse_token
+from jobs.services.outputs import store_artifact
 
 
 def _not_found() -> JsonResponse:
@@ -29,21 +49,56 @@ def _bad(message: str) -> JsonResponse:
     return JsonResponse({"detail": message}, status=400)
 
 
+def _unauthorized() -> JsonResponse:
+    response = JsonResponse({"detail": "A job token is required."}, status=401)
+    response["WWW-Authenticate"] = 'Bearer realm="executor"'
+    return response
+
+
+class NoJobToken(Exception):
+    """The request carries no usable job token (answered 401)."""
+
+
+class JobTokenAuthentication:
+    """The one way into the agent API: `Authorization: Bearer gjt_<rank>_<secret>`."""
+
+    def authenticate(self, request, job_id: int | None = None) -> tuple[Job, int] | None:
+        """The (job, worker rank) the request's token is good for, or None (answered 404
+        like a job that does not exist). A URL that names no job (model files) takes the
+        job the token belongs to. Raises NoJobToken when there is no token to check."""
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise NoJobToken
+        if job_id is None:
+            parsed = parse_token(token)
+            if parsed is None:
+                raise NoJobToken
+            job_id = (
+                Job.objects.filter(token_hash=Job.hash_token(parsed[1]))
+                .values_list("pk", flat=True)
+                .first()
+            )
+            if job_id is None:
+                return None
+        return executor_job(job_id, token)
+
+
+authentication = JobTokenAuthentication()
+
+
 def executor_view(*methods):
-    """Authenticate the job token; pass (request, job, rank[, body]) to the view."""
+    """Authenticate the job token; pass (request, job, rank, **url kwargs) to the view."""
 
     def decorate(view):
         @csrf_exempt
         @require_http_methods(list(methods))
         @wraps(view)
-        def wrapper(request, job_id: int, **kwargs):
-            header = request.headers.get("Authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                response = JsonResponse({"detail": "A job token is required."}, status=401)
-                response["WWW-Authenticate"] = 'Bearer realm="executor"'
-                return response
-            found = services.executor_job(job_id, token.strip())
+        def wrapper(request, job_id: int | None = None, **kwargs):
+            try:
+                found = authentication.authenticate(request, job_id)
+            except NoJobToken:
+                return _unauthorized()
             if found is None:
                 return _not_found()
             job, rank = found
@@ -72,7 +127,7 @@ def _json_body(request, rank: int) -> dict | JsonResponse:
 
 @executor_view("GET")
 def spec(request, job, rank):
-    return JsonResponse(services.job_spec_for_executor(job, rank))
+    return JsonResponse(job_spec_for_executor(job, rank))
 
 
 @executor_view("POST")
@@ -81,7 +136,7 @@ def logs(request, job, rank):
     if isinstance(body, JsonResponse):
         return body
     try:
-        last = services.ingest_logs(job, rank, body.get("lines", []))
+        last = ingest_logs(job, rank, body.get("lines", []))
     except ValueError as exc:
         return _bad(str(exc))
     return JsonResponse({"last_seq": last})
@@ -93,7 +148,7 @@ def metrics(request, job, rank):
     if isinstance(body, JsonResponse):
         return body
     try:
-        last = services.ingest_metrics(job, rank, body.get("metrics", []))
+        last = ingest_metrics(job, rank, body.get("metrics", []))
     except ValueError as exc:
         return _bad(str(exc))
     return JsonResponse({"last_seq": last})
@@ -104,7 +159,7 @@ def heartbeat(request, job, rank):
     body = _json_body(request, rank)
     if isinstance(body, JsonResponse):
         return body
-    return JsonResponse({"cancel": services.record_heartbeat(job, rank)})
+    return JsonResponse({"cancel": record_heartbeat(job, rank)})
 
 
 @executor_view("POST")
@@ -113,7 +168,7 @@ def status(request, job, rank):
     if isinstance(body, JsonResponse):
         return body
     try:
-        services.record_worker_status(job, rank, body)
+        record_worker_status(job, rank, body)
     except ValueError as exc:
         return _bad(str(exc))
     return JsonResponse({"ok": True})
@@ -125,7 +180,7 @@ def artifact(request, job, rank, path: str):
     if worker != str(rank):
         return _bad(f"This token belongs to worker {rank}, not {worker!r}.")
     try:
-        artifact, created = services.store_artifact(
+        artifact, created = store_artifact(
             job, rank, path, request, request.headers.get("X-Gantry-Sha256")
         )
     except ValueError as exc:
@@ -138,6 +193,37 @@ def artifact(request, job, rank, path: str):
     )
 
 
+@executor_view("GET")
+def dataset_file(request, job, rank, pk: int):
+    """A job input file (filesystem storage; with S3 the spec carries presigned GETs): only
+    of a version the job names in its inputs."""
+    file = DatasetFile.objects.filter(pk=pk).first()
+    if file is None or not executor_may_read(job, file):
+        return _not_found()
+    return downloads.file_response(file)
+
+
+# modelhub's `(job, pk) -> model file or None`: only files of model versions in the job's
+# own project. Handed in when modelhub starts (modelhub/apps.py).
+_find_model_file: Callable[[Job, int], Any] | None = None
+
+
+def find_model_files_with(finder: Callable[[Job, int], Any]) -> None:
+    global _find_model_file
+    _find_model_file = finder
+
+
+@executor_view("GET")
+def model_file(request, job, rank, pk: int):
+    """A model version's file, staged by a prediction job (its URL names no job)."""
+    found = _find_model_file(job, pk) if _find_model_file is not None else None
+    if found is None:
+        return _not_found()
+    return FileResponse(
+        found.file.open("rb"), as_attachment=True, filename=found.path.rsplit("/", 1)[-1]
+    )
+
+
 urlpatterns = [
     path("jobs/<int:job_id>/spec", spec, name="executor-spec"),
     path("jobs/<int:job_id>/logs", logs, name="executor-logs"),
@@ -145,4 +231,6 @@ urlpatterns = [
     path("jobs/<int:job_id>/heartbeat", heartbeat, name="executor-heartbeat"),
     path("jobs/<int:job_id>/status", status, name="executor-status"),
     path("jobs/<int:job_id>/artifacts/<path:path>", artifact, name="executor-artifact"),
+    path("jobs/<int:job_id>/dataset-files/<int:pk>", dataset_file, name="executor-dataset-file"),
+    path("model-files/<int:pk>", model_file, name="executor-model-file"),
 ]

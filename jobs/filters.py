@@ -3,20 +3,7 @@ from django.db.models import Q
 
 from jobs.models import Job, JobKind
 from jobs.states import JobState
-from projects.models import Project
-from projects.permissions import restrict, token_of
-
-
-def visible_projects(request):
-    """The project filter's choices: the projects the user (and the API token) reaches."""
-    if request is None:
-        return Project.objects.none()
-    # The labels read tenant/slug (Project.__str__): nothing else is loaded.
-    return (
-        restrict(Project.objects.all(), request.user, "project.view", token_of(request))
-        .select_related("tenant")
-        .only("id", "slug", "tenant__slug")
-    )
+from projects.filters import visible_projects
 
 
 class JobFilterSet(django_filters.FilterSet):

@@ -1,8 +1,8 @@
 import django_filters
 from django.db.models import Q
 
-from jobs.filters import visible_projects
 from modelhub.models import RegisteredModel
+from projects.filters import visible_projects
 
 
 class RegisteredModelFilterSet(django_filters.FilterSet):

@@ -425,7 +425,7 @@ def lineage(version: ModelVersion) -> dict[str, Any]:
 
 def model_inputs(version: ModelVersion) -> dict[str, Any]:
     """A job input entry staging the version's files under `model/` (executor/staging.py);
-    the URLs answer the job's own token (modelhub.executor_api)."""
+    the URLs answer the job's own token (the agent API, jobs/executor_api.py)."""
     return {
         "mount": MODEL_MOUNT,
         "model": version.model_id,
@@ -433,13 +433,23 @@ def model_inputs(version: ModelVersion) -> dict[str, Any]:
         "files": [
             {
                 "path": f.path,
-                "url": reverse("modelhub-executor-file", args=[f.pk]),
+                "url": reverse("executor-model-file", args=[f.pk]),
                 "size": f.size,
                 "sha256": f.sha256,
             }
             for f in version.files.all()
         ],
     }
+
+
+def model_file_for_job(job, pk: int) -> ModelFile | None:
+    """The model file a job's token may stage: only files of model versions in the job's
+    own project (anything else is None, answered like a file that does not exist)."""
+    return (
+        ModelFile.objects.select_related("version__model")
+        .filter(pk=pk, version__model__project_id=job.project_id)
+        .first()
+    )
 
 
 def predict(

@@ -6,6 +6,19 @@ from projects.models import Project, ProjectMember, ProjectRole, Visibility
 from projects.permissions import restrict, token_of
 
 
+def visible_projects(request):
+    """A project filter's choices (jobs, datasets, models): the projects the user (and the
+    API token) reaches."""
+    if request is None:
+        return Project.objects.none()
+    # The labels read tenant/slug (Project.__str__): nothing else is loaded.
+    return (
+        restrict(Project.objects.all(), request.user, "project.view", token_of(request))
+        .select_related("tenant")
+        .only("id", "slug", "tenant__slug")
+    )
+
+
 def visible_tenants(request):
     if request is None:
         return Tenant.objects.none()

@@ -428,7 +428,7 @@ def test_jobs_name_dataset_versions_and_read_them_with_their_token(owner, datase
     got = client.get(f["url"], HTTP_AUTHORIZATION=f"Bearer {token}")
     assert got.status_code == 200 and b"".join(got.streaming_content) == b"one"
     assert client.get(f["url"]).status_code == 401
-    stranger = reverse("datasets_executor:file", args=[job.pk, not_an_input.pk])
+    stranger = reverse("executor-dataset-file", args=[job.pk, not_an_input.pk])
     assert client.get(stranger, HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 404
 
 

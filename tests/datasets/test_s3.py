@@ -192,7 +192,7 @@ def test_jobs_get_presigned_urls_for_their_inputs(page, dataset, owner, project)
     page.send(session, files)
     page.commit(session)
     job = job_services.submit_job(owner, project, command="true", inputs=[{"dataset": "digits"}])
-    (entry,) = services.inputs_for_executor(job)
+    (entry,) = services.inputs_for_executor(job, file_url=str)
     (f,) = entry["files"]
     assert f["url"].startswith(storage.s3_client().meta.endpoint_url)
     assert http("GET", f["url"])[2] == b"payload"

@@ -174,7 +174,7 @@ def test_predict_stages_the_model_files_into_the_job(model, owner):
     model_file = version.files.get()
     assert entry == {
         "path": "model.safetensors",
-        "url": reverse("modelhub-executor-file", args=[model_file.pk]),
+        "url": reverse("executor-model-file", args=[model_file.pk]),
         "size": model_file.size,
         "sha256": model_file.sha256,
     }
