@@ -11,6 +11,7 @@ from projects.views import HomeView
 
 api_patterns = [
     path("v1/executor/", include("jobs.executor_api")),
+    path("v1/executor/", include("tracking.executor_api")),
     path("v1/", include(router.urls)),
     path("v1/", include("config.api_urls")),
     # The MLflow-compatible tracking API (tracking/): MLflow's own paths and answers.

@@ -18,7 +18,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import IO, Any
 
-from . import sandbox
+from . import mlflow_relay, sandbox
 from .client import Client, FatalError, GiveUp, HttpError, log_stderr
 from .shipper import Shipper
 from .staging import StagingCancelled, StagingError, stage_inputs
@@ -86,6 +86,7 @@ class Runner:
         self.proc: subprocess.Popen[bytes] | None = None
         self.preempt_file = os.path.join(self.state_dir, "preempt")
         self.metrics_file = os.path.join(self.state_dir, f"metrics-w{cfg.worker}.jsonl")
+        self.relay: mlflow_relay.Relay | None = None
 
     # -- diagnostics -------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -227,6 +228,7 @@ class Runner:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        env.update(self._mlflow_env())
         for stale in (self.preempt_file, self.metrics_file):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
@@ -317,6 +319,8 @@ class Runner:
             t.join(5.0)
         tail_stop.set()
         tailer.join(5.0)
+        if self.relay is not None:
+            self.relay.stop()
         # From now on retries are bounded by --final-flush-seconds.
         self.client.deadline = time.monotonic() + self.cfg.final_flush_seconds
         started_status.join(max(0.0, self.client.deadline - time.monotonic()) + 1)
@@ -474,6 +478,32 @@ class Runner:
         finally:
             with contextlib.suppress(OSError):
                 pipe.close()
+
+    def _mlflow_env(self) -> dict[str, str]:
+        """MLflow's variables for the command, its tracking URI the relay in the command's
+        network (executor/mlflow_relay.py); none when Gantry offers no tracking API."""
+        try:
+            resp = self.client.open(
+                "GET",
+                self.client.url("tracking"),
+                headers={"Accept": "application/json"},
+                fatal=False,
+            )
+            with resp:
+                env = json.loads(resp.read()).get("env") or {}
+            box = self.cfg.sandbox or {}
+            self.relay = mlflow_relay.Relay(
+                env["MLFLOW_TRACKING_URI"],
+                env["MLFLOW_TRACKING_TOKEN"],
+                env["MLFLOW_RUN_ID"],
+                lambda points: [self.metrics.add(p) for p in points],
+                netns_fd=box.get("netns_fd"),
+            )
+        except Exception as exc:  # an older Gantry, or none reachable: the job runs without
+            self.log(f"MLflow tracking is not available to this job: {exc}")
+            return {}
+        env["MLFLOW_TRACKING_URI"] = self.relay.start()
+        return {str(k): str(v) for k, v in env.items()}
 
     def _tail_metrics(self, stop: threading.Event) -> None:
         assert self.metrics is not None

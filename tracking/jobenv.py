@@ -1,8 +1,8 @@
 """Jobs are runs: the MLflow variables every job gets, and the job's tracking token.
 
-jobs never imports tracking: `GANTRY_JOB_ENV_HOOKS` (settings) names
-`environment` here, and the job's spec for the executor merges what it returns. The
-token (`gmt_<job>_<signature>`) is derived from the job's own token hash, so it needs
+jobs never imports tracking: the executor asks for the variables with its job token
+(tracking/executor_api.py) and relays the command's MLflow calls (executor/mlflow_relay.py).
+The token (`gmt_<job>_<signature>`) is derived from the job's own token hash, so it needs
 no table, is good for exactly as long as the job's token (while the job runs and for
 GANTRY_JOB_TOKEN_GRACE_MINUTES after), and changes with each attempt. It acts as the
 job's submitter through a write token limited to the job's project, and writes only to
@@ -81,16 +81,3 @@ def run_for_job(job: Job) -> Run:
     except IntegrityError:  # another worker of the job made it first
         run = Run.objects.get(job=job)
     return run
-
-
-def environment(job: Job, worker) -> dict[str, str]:
-    """MLFLOW_* for the job's command: unchanged MLflow code logs into the job's run."""
-    if not job.token_hash:
-        return {}
-    run = run_for_job(job)
-    return {
-        "MLFLOW_TRACKING_URI": settings.GANTRY_URL,
-        "MLFLOW_TRACKING_TOKEN": job_token(job),
-        "MLFLOW_RUN_ID": run.run_id,
-        "MLFLOW_EXPERIMENT_ID": str(run.experiment_id),
-    }

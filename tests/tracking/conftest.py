@@ -8,6 +8,7 @@ an error answer fails a test at once instead of after the client's backoff.
 import pytest
 
 from accounts import services as account_services
+from tests.jobs.conftest import job_settings, running_jobs  # noqa: F401 - jobs' fixtures, shared
 
 
 @pytest.fixture
