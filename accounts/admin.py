@@ -1,13 +1,43 @@
+from django import forms
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
+from accounts import services
 from accounts.models import ApiToken, Membership, Tenant, User
+from core.admin import ServiceAdmin, ServiceInline
 
 
-class MembershipInline(admin.TabularInline):
+class MemberRowForm(forms.ModelForm):
+    """A member row of an inline: a saved row's user is fixed (remove and add instead)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and "user" in self.fields:
+            self.fields["user"].disabled = True
+
+
+class MembershipWrites:
+    """Tenant memberships, added, changed and removed through accounts.services."""
+
+    def create(self, request, obj):
+        return services.add_member(
+            actor=request.user, tenant=obj.tenant, user=obj.user, role=obj.role
+        )
+
+    def update(self, request, obj, fields):
+        if "role" in fields:
+            services.change_member_role(actor=request.user, membership=obj, role=obj.role)
+
+    def delete(self, request, obj):
+        services.remove_member(actor=request.user, membership=obj)
+
+
+class MembershipInline(MembershipWrites, ServiceInline, admin.TabularInline):
     model = Membership
+    form = MemberRowForm
     extra = 0
     autocomplete_fields = ["user"]
+    readonly_fields = ["source"]
 
 
 @admin.register(User)
@@ -24,20 +54,41 @@ class UserAdmin(BaseUserAdmin):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ServiceAdmin):
     list_display = ["name", "slug", "created_at"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
 
+    def create(self, request, obj):
+        # The administrator names the members (and owners) in the inline below.
+        return services.create_tenant(
+            actor=request.user,
+            name=obj.name,
+            slug=obj.slug,
+            description=obj.description,
+            creator_owns=False,
+        )
+
+    def update(self, request, obj, fields):
+        services.update_tenant(
+            actor=request.user, tenant=obj, **{name: getattr(obj, name) for name in fields}
+        )
+
+    def delete(self, request, obj):
+        services.delete_tenant(actor=request.user, tenant=obj)
+
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(MembershipWrites, ServiceAdmin):
     list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["role", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__name"]
     autocomplete_fields = ["user", "tenant"]
     list_select_related = ["user", "tenant"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["tenant", "user", "source"] if obj else ["source"]
 
 
 @admin.register(ApiToken)

@@ -26,15 +26,19 @@ logger = logging.getLogger(__name__)
 
 
 @transaction.atomic
-def create_tenant(*, actor, name: str, slug: str, description: str = "") -> Tenant:
-    """Create a tenant; its creator becomes its owner."""
-    if not actor.is_authenticated:
+def create_tenant(
+    *, actor, name: str, slug: str, description: str = "", creator_owns: bool = True
+) -> Tenant:
+    """Create a tenant; its creator becomes its owner (unless a lab administrator creates
+    it for others: `creator_owns=False`)."""
+    if not actor.is_authenticated or not (creator_owns or actor.is_superuser):
         raise PermissionDenied
     if Tenant.objects.filter(slug=slug).exists():
         raise ValidationError({"slug": f"A tenant with the slug “{slug}” already exists."})
     tenant = Tenant.objects.create(name=name, slug=slug, description=description)
-    Membership.objects.create(tenant=tenant, user=actor, role=TenantRole.OWNER)
-    forget_roles(actor)
+    if creator_owns:
+        Membership.objects.create(tenant=tenant, user=actor, role=TenantRole.OWNER)
+        forget_roles(actor)
     audit.record(actor, "tenant.create", tenant)
     return tenant
 

@@ -1,29 +1,75 @@
 from django.contrib import admin
 
+from accounts.admin import MemberRowForm
+from core.admin import ServiceAdmin, ServiceInline
+from projects import services
 from projects.models import Project, ProjectMember
 
+PROJECT_FIELDS = ["name", "slug", "description", "visibility"]
 
-class ProjectMemberInline(admin.TabularInline):
+
+class ProjectMemberWrites:
+    """Project members, added, changed and removed through projects.services."""
+
+    def create(self, request, obj):
+        return services.add_project_member(
+            actor=request.user, project=obj.project, user=obj.user, role=obj.role
+        )
+
+    def update(self, request, obj, fields):
+        if "role" in fields:
+            services.change_project_member_role(actor=request.user, member=obj, role=obj.role)
+
+    def delete(self, request, obj):
+        services.remove_project_member(actor=request.user, member=obj)
+
+
+class ProjectMemberInline(ProjectMemberWrites, ServiceInline, admin.TabularInline):
     model = ProjectMember
+    form = MemberRowForm
     extra = 0
     autocomplete_fields = ["user"]
+    readonly_fields = ["source"]
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(ServiceAdmin):
     list_display = ["name", "tenant", "slug", "visibility", "created_by", "created_at"]
     list_filter = ["visibility", "tenant"]
     search_fields = ["name", "slug", "tenant__name"]
     list_select_related = ["tenant", "created_by"]
     autocomplete_fields = ["tenant"]
-    raw_id_fields = ["created_by"]
     inlines = [ProjectMemberInline]
+
+    def get_readonly_fields(self, request, obj=None):
+        # A project does not move between tenants; its creator is whoever created it.
+        return ["tenant", "created_by"] if obj else ["created_by"]
+
+    def create(self, request, obj):
+        return services.create_project(
+            actor=request.user,
+            tenant=obj.tenant,
+            **{name: getattr(obj, name) for name in PROJECT_FIELDS},
+        )
+
+    def update(self, request, obj, fields):
+        services.update_project(
+            actor=request.user,
+            project=obj,
+            **{name: getattr(obj, name) for name in fields if name in PROJECT_FIELDS},
+        )
+
+    def delete(self, request, obj):
+        services.delete_project(actor=request.user, project=obj)
 
 
 @admin.register(ProjectMember)
-class ProjectMemberAdmin(admin.ModelAdmin):
+class ProjectMemberAdmin(ProjectMemberWrites, ServiceAdmin):
     list_display = ["user", "project", "role", "created_at"]
     list_filter = ["role"]
     search_fields = ["user__username", "project__name"]
     list_select_related = ["user", "project__tenant"]
     autocomplete_fields = ["user", "project"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["project", "user", "source"] if obj else ["source"]
