@@ -240,3 +240,61 @@ class RunInput(models.Model):
 
     def __str__(self):
         return self.name
+
+
+class LoggedModelQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return in_visible_projects(self, user, "experiment__project")
+
+
+def new_model_id() -> str:
+    return f"m-{uuid.uuid4().hex}"
+
+
+class LoggedModel(models.Model):
+    """An MLflow 3 logged model: the files `log_model` writes, with their run and status.
+
+    Params and tags are small key/value maps, kept as JSON objects."""
+
+    model_id = models.CharField(max_length=64, unique=True, default=new_model_id)
+    experiment = models.ForeignKey(
+        Experiment, on_delete=models.CASCADE, related_name="logged_models"
+    )
+    name = models.CharField(max_length=250)
+    model_type = models.CharField(max_length=250, blank=True)
+    run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="logged_models"
+    )
+    source_run_id = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=32, default="LOGGED_MODEL_PENDING")
+    status_message = models.CharField(max_length=500, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    lifecycle_stage = models.CharField(
+        max_length=8, choices=Lifecycle.choices, default=Lifecycle.ACTIVE
+    )
+    creation_timestamp_ms = models.BigIntegerField(default=now_ms)
+    last_updated_timestamp_ms = models.BigIntegerField(default=now_ms)
+
+    objects = LoggedModelQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-creation_timestamp_ms", "-pk"]
+
+    def __str__(self):
+        return self.model_id
+
+    @property
+    def project(self):
+        return self.experiment.project
+
+    @property
+    def tenant(self):
+        return self.experiment.project.tenant
+
+    @property
+    def artifact_uri(self) -> str:
+        return f"mlflow-artifacts:/{self.experiment_id}/models/{self.model_id}/artifacts"

@@ -122,7 +122,7 @@ def _value(tokens, i):
     raise invalid(f"Invalid filter: expected a value, got '{text}'.")
 
 
-def parse_filter(text: str | None, experiments: bool = False) -> list[Clause]:
+def parse_filter(text: str | None, experiments: bool = False, models: bool = False) -> list[Clause]:
     if not isinstance(text, str | None):
         raise invalid("The filter is a string.")
     if not text or not text.strip():
@@ -160,7 +160,10 @@ def parse_filter(text: str | None, experiments: bool = False) -> list[Clause]:
         else:
             raise invalid(f"Invalid comparator '{op}' in filter '{text}'.")
         clause = Clause(entity, key, op, value)
-        clauses.append(_checked_experiment(clause) if experiments else _checked(clause))
+        if models:
+            clauses.append(_checked_model(clause))
+        else:
+            clauses.append(_checked_experiment(clause) if experiments else _checked(clause))
         if i < len(tokens):
             if tokens[i][0] != "word" or tokens[i][1].upper() != "AND":
                 raise invalid(f"Invalid filter '{text}': clauses are joined by AND.")
@@ -214,6 +217,43 @@ def _checked_experiment(c: Clause) -> Clause:
     elif c.op not in STRING_OPS | {"IS NULL", "IS NOT NULL"} or isinstance(c.value, float):
         raise invalid(f"Invalid comparison for tag '{c.key}': takes a quoted string.")
     return c
+
+
+MODEL_STRINGS = {
+    "name": "name",
+    "model_id": "model_id",
+    "source_run_id": "source_run_id",
+    "model_type": "model_type",
+    "status": "status",
+}
+
+
+def _checked_model(c: Clause) -> Clause:
+    if c.kind == "attribute" and c.key in MODEL_STRINGS:
+        if c.op not in STRING_OPS or isinstance(c.value, float):
+            raise invalid(f"Invalid comparison for attribute '{c.key}': takes a quoted string.")
+    elif c.kind == "attribute":
+        raise invalid(f"Invalid attribute key '{c.key}'. Valid keys: {sorted(MODEL_STRINGS)}.")
+    elif c.kind not in ("tag", "param"):
+        raise invalid(f"Invalid entity type '{c.kind}' for logged models.")
+    elif c.op not in STRING_OPS | {"IS NULL", "IS NOT NULL"} or isinstance(c.value, float):
+        raise invalid(f"Invalid comparison for {c.kind} '{c.key}': takes a quoted string.")
+    return c
+
+
+def apply_model_filter(models, clauses: list[Clause]):
+    for c in clauses:
+        if c.kind == "attribute":
+            models = models.filter(_string_q(MODEL_STRINGS[c.key], c.op, c.value))
+        else:
+            field = "tags" if c.kind == "tag" else "params"
+            if c.op == "IS NULL":
+                models = models.exclude(**{f"{field}__has_key": c.key})
+            elif c.op == "IS NOT NULL":
+                models = models.filter(**{f"{field}__has_key": c.key})
+            else:
+                models = models.filter(_string_q(f"{field}__{c.key}", c.op, c.value))
+    return models
 
 
 def apply_experiment_filter(experiments, clauses: list[Clause]):

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from tracking import api
+from tracking import api, artifacts
 
 urlpatterns = [
     path("mlflow/experiments/create", api.experiments_create),
@@ -29,4 +29,12 @@ urlpatterns = [
     path("mlflow/runs/outputs", api.runs_outputs),
     path("mlflow/runs/search", api.runs_search),
     path("mlflow/metrics/get-history", api.metrics_get_history),
+    path("mlflow/logged-models", api.logged_models_create),
+    path("mlflow/logged-models/search", api.logged_models_search),
+    path("mlflow/logged-models/<str:model_id>", api.logged_model),
+    path("mlflow/logged-models/<str:model_id>/tags", api.logged_model_tags),
+    path("mlflow/logged-models/<str:model_id>/tags/<path:key>", api.logged_model_tag),
+    path("mlflow/logged-models/<str:model_id>/params", api.logged_model_params),
+    path("mlflow-artifacts/artifacts", artifacts.artifact_list),
+    path("mlflow-artifacts/artifacts/<path:path>", artifacts.artifact),
 ]
