@@ -136,8 +136,8 @@ def main() -> int:
         from django.contrib.auth import get_user_model
 
         from accounts import services as account_services
-        from jobs import services
         from jobs.models import Job
+        from jobs.services.submit import submit_job
         from projects import services as project_services
         from scheduling import tasks
 
@@ -150,7 +150,7 @@ def main() -> int:
 
         def one() -> float:
             start = time.perf_counter()
-            job = services.submit_job(user, project, name="bench", command=command)
+            job = submit_job(user, project, name="bench", command=command)
             tasks.admit_and_launch()
             while True:
                 state = Job.objects.values_list("state", flat=True).get(pk=job.pk)

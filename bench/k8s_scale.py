@@ -149,11 +149,13 @@ def main() -> int:
 
     from accounts import services as account_services
     from cluster.models import KubernetesCluster
-    from jobs import services
     from jobs.backends import get_backend
     from jobs.backends import k8s_manifests as m
     from jobs.backends.k8s_watch import watches_for
     from jobs.models import Job
+    from jobs.services.ingestion import record_worker_status
+    from jobs.services.launch import launch_job
+    from jobs.services.submit import submit_job
     from jobs.states import JobState
     from projects import services as project_services
     from scheduling.admission import admission_pass
@@ -281,7 +283,7 @@ def main() -> int:
         spec_of: dict[int, dict] = {}
         t_submit0 = time.time()
         for j in mix:
-            job = services.submit_job(
+            job = submit_job(
                 user,
                 projects[j["tenant"]],
                 command="python train.py",
@@ -306,7 +308,7 @@ def main() -> int:
             admitted = admission_pass()
             passes.append((len(admitted), time.perf_counter() - t0))
             for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):
-                services.launch_job(job)
+                launch_job(job)
             while True:
                 try:
                     job_id, rank = started.get_nowait()
@@ -314,7 +316,7 @@ def main() -> int:
                     break
                 job = Job.objects.filter(pk=job_id).first()
                 if job is not None and job.state in (JobState.STARTING, JobState.RUNNING):
-                    services.record_worker_status(job, rank, {"event": "started", "pid": 7})
+                    record_worker_status(job, rank, {"event": "started", "pid": 7})
             if time.monotonic() - last_sample > 2:
                 samples.append((time.time(), sum(gpus_running.values())))
                 last_sample = time.monotonic()

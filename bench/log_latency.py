@@ -177,7 +177,7 @@ def summary_ms(values: list[float]) -> dict:
     }
 
 
-def storage(services, job, total: int, batch: int = 500) -> dict:
+def storage(ingestion, job, total: int, batch: int = 500) -> dict:
     """1,000,000 lines as LogChunk rows: ingest time, size, and the reads the page does."""
     from django.db import connection
 
@@ -189,7 +189,7 @@ def storage(services, job, total: int, batch: int = 500) -> dict:
     start = time.perf_counter()
     for first in range(1, total + 1, batch):
         now = time.time()
-        services.ingest_logs(
+        ingestion.ingest_logs(
             job,
             0,
             [
@@ -279,8 +279,10 @@ def main() -> int:
     from django.test import Client as DjangoClient
 
     from accounts import services as account_services
-    from jobs import services
     from jobs.models import Job
+    from jobs.services import ingestion
+    from jobs.services.launch import make_token
+    from jobs.services.submit import submit_job
     from jobs.states import transition
     from projects import services as project_services
 
@@ -293,11 +295,11 @@ def main() -> int:
 
     def running_job(name):
         secret = os.urandom(8).hex()
-        job = services.submit_job(user, project, name=name, command="python train.py")
+        job = submit_job(user, project, name=name, command="python train.py")
         transition(job, "admitted", "bench")
         transition(job, "starting", "bench", token_hash=Job.hash_token(secret))
         transition(job, "running", "bench")
-        return job, services.make_token(0, secret)
+        return job, make_token(0, secret)
 
     result: dict = {
         "benchmark": "executor-to-browser log latency and throughput, one job, one worker",
@@ -312,7 +314,7 @@ def main() -> int:
     }
     if args.storage_lines:
         job, _ = running_job("storage")
-        result["storage"] = storage(services, job, args.storage_lines)
+        result["storage"] = storage(ingestion, job, args.storage_lines)
         print(json.dumps(result["storage"], indent=2), flush=True)
 
     layers = {"embedded": {}}

@@ -344,8 +344,8 @@ def submit_job_with_image(actor, project, image: RuntimeImage, **spec):
     job page and API say (`local_runtime_note`): the digest is still recorded, so
     the same spec on the Kubernetes backend runs in the image.
     """
-    from jobs import services as job_services
     from jobs.backends import get_backend
+    from jobs.services.submit import submit_job
 
     if not can(actor, "image.view", image):
         raise ValidationError({"image": "No such image."})
@@ -365,7 +365,7 @@ def submit_job_with_image(actor, project, image: RuntimeImage, **spec):
             )
         spec["runtime"] = image.local_env
     digest = resolve_for_job(image)
-    job = job_services.submit_job(actor, project, **spec)
+    job = submit_job(actor, project, **spec)
     JobImage.objects.create(job=job, image=image, reference=image.reference, digest=digest)
     return job
 

@@ -14,10 +14,11 @@ from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from core.links import object_url
 from core.paging import DeferredJoinPagination
 from datasets.models import DatasetVersion
-from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
 from jobs.queries import count_lines_after, lines_before, log_lines
+from jobs.services.lifecycle import cancel_job
+from jobs.services.submit import retry_job, submit_job
 from projects.models import Project
 from projects.permissions import get_object_for_user, restrict, token_of
 
@@ -375,21 +376,21 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
             if data["image"] is None:
                 raise serializers.ValidationError({"image": ["No such image."]})
         with transaction.atomic():
-            job = services.submit_job(request.user, project, **data)
+            job = submit_job(request.user, project, **data)
             check_mounts_within_token(request, job)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=JobSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        job = services.cancel_job(request.user, self.get_object())
+        job = cancel_job(request.user, self.get_object())
         return Response(JobSerializer(job).data)
 
     @extend_schema(request=None, responses={201: JobSerializer})
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
         with transaction.atomic():
-            job = services.retry_job(request.user, self.get_object())
+            job = retry_job(request.user, self.get_object())
             check_mounts_within_token(request, job)
         return Response(JobSerializer(job).data, status=status.HTTP_201_CREATED)
 

@@ -267,7 +267,7 @@ def get_job_for_exec(user, pk: int):
 
 def resolve_target(job) -> NotebookTarget | None:
     """Where the job's notebook listens, or None when it is not a running notebook."""
-    from jobs.services import notebook_target
+    from jobs.services.notebooks import notebook_target
 
     if job.backend == "local":
         return _local_target(job)
@@ -298,7 +298,7 @@ def _local_target(job) -> NotebookTarget | None:
 
 def record_activity(job) -> None:
     """Tell the jobs app the notebook is in use: idle notebooks are stopped."""
-    from jobs.services import touch_notebook
+    from jobs.services.notebooks import touch_notebook
 
     touch_notebook(job)
 

@@ -17,8 +17,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
-from jobs import services
 from jobs.models import Job
+from jobs.services.launch import launch_job
+from jobs.services.lifecycle import reconcile_job
 from jobs.states import LAUNCHED, TERMINAL, JobState
 
 logger = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def launch_admitted() -> int:
     """Start every admitted job's executors (scheduling's pass runs this after admitting)."""
     launched = 0
     for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):
-        if services.launch_job(job):
+        if launch_job(job):
             launched += 1
     return launched
 
@@ -72,7 +73,7 @@ def reconcile() -> dict:
     outcomes: dict[str, int] = {}
     for job in Job.objects.filter(state__in=LAUNCHED).select_related("project"):
         try:
-            outcome = services.reconcile_job(job, now)
+            outcome = reconcile_job(job, now)
         except Exception:
             logger.exception("reconcile failed for job %s", job.pk)
             continue
@@ -86,7 +87,7 @@ def adopt() -> dict:
     outcomes: dict[str, int] = {}
     for job in Job.objects.filter(state__in=LAUNCHED):
         try:
-            outcome = services.reconcile_job(job, adopting=True) or "adopted"
+            outcome = reconcile_job(job, adopting=True) or "adopted"
         except Exception:
             logger.exception("adopt failed for job %s", job.pk)
             continue

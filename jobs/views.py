@@ -14,11 +14,12 @@ from django.utils.timezone import localtime
 from core.links import object_url
 from core.paging import DeferredJoinPaginator
 from core.views import GantryView, ObjectDetailView, ObjectListView, ServiceFormView
-from jobs import services
 from jobs.filters import JobFilterSet
 from jobs.forms import FORMS, TrainJobForm, initial_from_job
 from jobs.models import Artifact, Job, JobKind, MetricPoint
 from jobs.queries import iter_interleaved, iter_lines
+from jobs.services.lifecycle import cancel_job
+from jobs.services.submit import clone_job, retry_job, submit_job
 from jobs.states import BADGES, JobState
 from projects.models import Project
 from projects.permissions import get_object_for_user
@@ -126,7 +127,7 @@ class JobSubmitView(ServiceFormView):
         }
 
     def perform(self, form, project):
-        return services.submit_job(self.request.user, project, **form.spec())
+        return submit_job(self.request.user, project, **form.spec())
 
 
 class JobCloneView(ServiceFormView):
@@ -163,7 +164,7 @@ class JobCloneView(ServiceFormView):
         }
 
     def perform(self, form, job):
-        return services.clone_job(self.request.user, job, **form.spec())
+        return clone_job(self.request.user, job, **form.spec())
 
 
 class JobDetailView(ObjectDetailView):
@@ -226,7 +227,7 @@ class JobCancelView(JobActionView):
     permission_action = "job.cancel"
 
     def act(self, job):
-        job = services.cancel_job(self.request.user, job)
+        job = cancel_job(self.request.user, job)
         messages.success(self.request, f"{job}: {job.state_reason}.")
         return job
 
@@ -235,7 +236,7 @@ class JobRetryView(JobActionView):
     permission_action = "job.submit"
 
     def act(self, job):
-        new = services.retry_job(self.request.user, job)
+        new = retry_job(self.request.user, job)
         messages.success(self.request, f"Submitted {new}, a retry of {job}.")
         return new
 

@@ -469,7 +469,7 @@ def predict(
     expects.
     """
     from images import services as image_services
-    from jobs import services as job_services
+    from jobs.services.submit import submit_job
 
     require(actor, "job.submit", version.model.project)
     if inputs is not None and not isinstance(inputs, list):
@@ -487,6 +487,6 @@ def predict(
         if image is not None:
             job = image_services.submit_job_with_image(actor, version.model.project, image, **spec)
         else:
-            job = job_services.submit_job(actor, version.model.project, **spec)
+            job = submit_job(actor, version.model.project, **spec)
         audit.record(actor, "model.predict", version, tenant=version.tenant, job=job.pk)
     return job

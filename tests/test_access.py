@@ -17,8 +17,9 @@ from drf_spectacular.generators import SchemaGenerator
 
 from accounts import services as account_services
 from accounts.models import ApiToken, Membership, Tenant
-from jobs import services as job_services
 from jobs.models import Artifact, Job
+from jobs.services.outputs import store_artifact
+from jobs.services.submit import submit_job
 from projects.models import Project, ProjectMember
 from projects.permissions import AUTHENTICATED, MATRIX, MATRIX_VIEW_OF, can
 from tests.datasets.builders import access_objects as dataset_objects
@@ -62,7 +63,7 @@ PAGES = sorted(
 def _objects(tenant, project, owner, member):
     """One object of every model a URL can name, all inside lab-a."""
     token, _ = account_services.create_api_token(actor=owner, name="ci")
-    job = job_services.submit_job(owner, project, name="ci", command="python -c pass")
+    job = submit_job(owner, project, name="ci", command="python -c pass")
     artifact = _artifact(job)
     return {
         Tenant: tenant,
@@ -82,7 +83,7 @@ def _artifact(job):
     import io
 
     data = b"weights"
-    artifact, _ = job_services.store_artifact(
+    artifact, _ = store_artifact(
         job, 0, "model.txt", io.BytesIO(data), hashlib.sha256(data).hexdigest()
     )
     return artifact
@@ -333,7 +334,7 @@ def _project_objects(actor, project):
     from modelhub import services as hub_services
     from tests.modelhub.builders import safetensors_bytes
 
-    job = job_services.submit_job(actor, project, name=f"job-{project.slug}", command="python -c pass")
+    job = submit_job(actor, project, name=f"job-{project.slug}", command="python -c pass")
     _artifact(job)
     dataset_objects(project.tenant, project, actor)
     model = hub_services.create_model(actor, project, name=f"model-{project.slug}")

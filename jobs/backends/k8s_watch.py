@@ -207,26 +207,27 @@ def vouch(job, rank: int, now: datetime) -> None:
 
 def note_reason(job, reason: str) -> None:
     """Show why a starting job has not started yet (once per distinct reason)."""
-    from jobs import services
+    from jobs.services.lifecycle import report_backend_problem
 
-    services.report_backend_problem(job, reason, terminal=False)
+    report_backend_problem(job, reason, terminal=False)
 
 
 def report_ended(job, rank: int, verdict: PodVerdict) -> None:
     """Tell the services a worker ended, as its executor would have (a repeated report,
     after the executor's own, changes nothing)."""
-    from jobs import services
     from jobs.models import JobWorker
+    from jobs.services.ingestion import record_worker_status
+    from jobs.services.lifecycle import WORKER_DONE, settle_job
 
     who = f"worker {rank}: " if job.workers > 1 else ""
     if verdict.status == "lost":
-        JobWorker.objects.filter(job=job, rank=rank).exclude(state__in=services.WORKER_DONE).update(
+        JobWorker.objects.filter(job=job, rank=rank).exclude(state__in=WORKER_DONE).update(
             state="lost", reason=verdict.reason[:500]
         )
-        services.settle_job(job)
+        settle_job(job)
         return
     logger.info("job %s %s%s", job.pk, who, verdict.reason)
-    services.record_worker_status(
+    record_worker_status(
         job,
         rank,
         {
@@ -323,7 +324,7 @@ def check_failed_create(job, backend, ref, namespace: str, name: str, *, now=Non
     """Look for `FailedCreate` events on the job's Kubernetes Job (it has no pod) and
     report them: the reason while it may pass, else a failed attempt and the Job
     deleted. Returns the verdict (None: no refusal, the pods are just not there yet)."""
-    from jobs import services
+    from jobs.services.lifecycle import report_backend_problem
 
     conn = backend.connection(ref)
     selector = f"involvedObject.kind=Job,involvedObject.name={name},reason=FailedCreate"
@@ -336,10 +337,10 @@ def check_failed_create(job, backend, ref, namespace: str, name: str, *, now=Non
     if verdict.status == "waiting":
         for rank in range(job.workers):
             vouch(job, rank, now or timezone.now())
-        services.report_backend_problem(job, verdict.reason, terminal=False)
+        report_backend_problem(job, verdict.reason, terminal=False)
     else:
         logger.info("job %s: %s", job.pk, verdict.reason)
-        services.report_backend_problem(job, verdict.reason, terminal=True)
+        report_backend_problem(job, verdict.reason, terminal=True)
         backend.delete_workload(ref, namespace, name, job.kind)
     return verdict
 
@@ -483,9 +484,9 @@ def on_pod_event(backend, ref, event_type: str, pod) -> str:
             return verdict.status
         # Gone without a word from its executor (deleted by hand, node lost): the
         # services' reconcile asks probe(), which finds it missing and marks it lost.
-        from jobs import services
+        from jobs.services.lifecycle import reconcile_job
 
-        services.reconcile_job(job)
+        reconcile_job(job)
         return "reconciled"
     _record_node(job, pod, backend)
     return observe_pod(job, pod, backend=backend, ref=ref).status

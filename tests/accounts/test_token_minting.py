@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from accounts import services
 from accounts.models import ApiToken
 from core.models import AuditEvent
-from jobs import services as job_services
+from jobs.services.submit import submit_job
 from projects import services as project_services
 
 pytestmark = pytest.mark.django_db
@@ -52,8 +52,8 @@ def test_a_project_token_cannot_mint_one_for_another_project(owner, limited, aud
 
 
 def test_a_project_token_mints_one_of_its_project_that_reads_no_other(owner, project, audio, limited):
-    job_services.submit_job(owner, project, name="vision-job", command="python -c pass")
-    elsewhere = job_services.submit_job(owner, audio, name="private-job-A", command="python -c pass")
+    submit_job(owner, project, name="vision-job", command="python -c pass")
+    elsewhere = submit_job(owner, audio, name="private-job-A", command="python -c pass")
     response = limited[1].post(URL, {"name": "child", "scope": "write", "project": project.pk}, format="json")
     assert response.status_code == 201, response.content
     assert response.json()["project"] == project.pk

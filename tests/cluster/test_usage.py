@@ -4,8 +4,8 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
-from jobs import services as job_services
 from jobs.backends import reset_backends
+from jobs.services.submit import submit_job
 from scheduling.admission import admission_pass
 from scheduling.services import set_tenant_quota
 
@@ -25,7 +25,7 @@ def four_gpus(settings):
 
 def run_jobs(owner, project, *gpus):
     jobs = [
-        job_services.submit_job(owner, project, command="python -c pass", gpus=g, memory_mb=256)
+        submit_job(owner, project, command="python -c pass", gpus=g, memory_mb=256)
         for g in gpus
     ]
     admission_pass()

@@ -9,8 +9,8 @@ from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 
 from core.templatetags.gantry import filter_options
-from jobs import services
 from jobs.filters import JobFilterSet
+from jobs.services.submit import submit_job
 from projects.models import Project
 
 pytestmark = pytest.mark.django_db
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def jobs(owner, project):
-    first = services.submit_job(owner, project, name="first", command="python -c pass")
-    second = services.submit_job(owner, project, name="second", command="python -c pass")
+    first = submit_job(owner, project, name="first", command="python -c pass")
+    second = submit_job(owner, project, name="second", command="python -c pass")
     return first, second
 
 

@@ -7,15 +7,15 @@ from django.urls import reverse, set_script_prefix
 
 from core.links import object_url
 from core.paging import DeferredJoinPaginator
-from jobs import services
 from jobs.models import Job
+from jobs.services.submit import submit_job
 
 pytestmark = pytest.mark.django_db
 
 
 def test_deferred_join_pages_match_plain_pages(owner, project):
     for i in range(7):
-        services.submit_job(owner, project, name=f"job {i % 3}", command="python -c pass")
+        submit_job(owner, project, name=f"job {i % 3}", command="python -c pass")
     # Ties on name: the pk breaks them, as it must for pages to be stable.
     queryset = Job.objects.select_related("project", "created_by").order_by("name", "-pk")
     plain, deferred = Paginator(queryset, 3), DeferredJoinPaginator(queryset, 3)

@@ -31,7 +31,7 @@ PASSWORD = "correct horse battery staple"
 SEED = f"""
 from django.contrib.auth import get_user_model
 from accounts import services as accounts
-from jobs import services as jobs
+from jobs.services import submit as jobs
 from projects import services as projects
 
 root = get_user_model().objects.create_superuser("root", "root@example.org", {PASSWORD!r})

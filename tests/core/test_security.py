@@ -17,7 +17,7 @@ from django.urls import Resolver404, resolve, reverse
 from rest_framework.throttling import ScopedRateThrottle
 
 from accounts.models import ApiToken
-from jobs import services as job_services
+from jobs.services.submit import submit_job
 from tests.conftest import service_required
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +89,7 @@ def test_main_pages_raise_no_csp_violation_in_chromium(
         "chromium + playwright", Path(CHROMIUM).exists() and sync_playwright is not None
     )
 
-    job = job_services.submit_job(owner, project, name="csp", command="python -c pass")
+    job = submit_job(owner, project, name="csp", command="python -c pass")
     admin = make_user("root", is_staff=True, is_superuser=True)
     pages = [
         reverse("home"),

@@ -10,9 +10,9 @@ import signal
 
 import pytest
 
-from jobs import services
 from jobs.models import JobWorker
 from jobs.queries import log_lines
+from jobs.services.submit import submit_job
 from tests.faults.procs import script
 from tests.jobs.conftest import wait_for, wait_until
 
@@ -46,7 +46,7 @@ def counter(tmp_path, marker=None):
 
 
 def test_platform_unreachable_mid_job_loses_and_repeats_no_line(web, owner, project, tmp_path):
-    job = services.submit_job(owner, project, name="n", command=f"python {counter(tmp_path)}")
+    job = submit_job(owner, project, name="n", command=f"python {counter(tmp_path)}")
     wait_for(job, "running")
     wait_until(lambda: len(stdout(job)) >= 10, what="the first lines")
 
@@ -64,7 +64,7 @@ def test_killed_executor_is_lost_retried_and_repeats_no_line(
 ):
     settings.GANTRY_HEARTBEAT_TIMEOUT_SECONDS = 5
     marker = tmp_path / "first-attempt"
-    job = services.submit_job(
+    job = submit_job(
         owner, project, name="k", command=f"python {counter(tmp_path, marker)}", max_retries=1
     )
     wait_for(job, "running")

@@ -13,8 +13,8 @@ import subprocess
 import pytest
 from django.db import connection
 
-from jobs import services
 from jobs.queries import log_lines
+from jobs.services.submit import submit_job
 from tests.faults.procs import script
 from tests.jobs.conftest import wait_for, wait_until
 
@@ -45,7 +45,7 @@ def test_postgres_restart_mid_job(postgres, web, owner, project, tmp_path):
             time.sleep(0.05)
         """,
     )
-    job = services.submit_job(owner, project, name="pg", command=f"python {command}")
+    job = submit_job(owner, project, name="pg", command=f"python {command}")
     wait_for(job, "running")
 
     def printed():

@@ -11,8 +11,8 @@ this thread, where Django refuses synchronous queries.
 import pytest
 from django.test import Client
 
-from jobs import services
 from jobs.queries import log_lines
+from jobs.services.submit import submit_job
 from tests.faults.procs import script
 from tests.jobs.conftest import wait_for
 from tests.jobs.test_browser import chromium
@@ -38,7 +38,7 @@ def test_browser_resumes_after_a_web_server_restart(web, owner, project, tmp_pat
             time.sleep(0.1)
         """,
     )
-    job = services.submit_job(owner, project, name="watch", command=f"python {command}")
+    job = submit_job(owner, project, name="watch", command=f"python {command}")
     wait_for(job, "running")
     client = Client()
     client.force_login(owner)

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from jobs import services
 from jobs.models import Job
+from jobs.services.submit import submit_job
 from jobs.states import TERMINAL
 from tests.faults.procs import QCluster, script
 from tests.jobs.conftest import wait_until
@@ -37,7 +37,7 @@ def test_sigkilled_worker_loses_no_job_and_runs_none_twice(web, owner, project, 
     cluster.start()
     try:
         jobs = [
-            services.submit_job(
+            submit_job(
                 owner, project, name=f"f{i}", command=f"python {command}", max_retries=2
             )
             for i in range(JOBS)

@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from images import services
 from images.models import JobImage, RuntimeImage
-from jobs import services as job_services
 from jobs.models import Job
+from jobs.services.submit import clone_job, submit_job
 
 pytestmark = pytest.mark.django_db
 
@@ -121,7 +121,7 @@ def test_an_unresolvable_tag_is_a_field_error_and_creates_nothing(
 def test_registry_auth_failure_is_a_field_error(settings, owner, project, pushed_image):
     settings.GANTRY_REGISTRY_PASSWORD = "wrong"
     with pytest.raises(ValidationError) as caught:
-        job_services.submit_job(owner, project, command="python x.py", image=pushed_image)
+        submit_job(owner, project, command="python x.py", image=pushed_image)
     assert "image" in caught.value.message_dict
     assert not Job.objects.exists()
 
@@ -132,7 +132,7 @@ def test_an_unreachable_registry_is_a_field_error(settings, owner, tenant, proje
     settings.GANTRY_REGISTRY_TIMEOUT_SECONDS = 5
     image = services.create_image(owner, tenant, name="away", reference=f"{host}/lab-a/x:1")
     with pytest.raises(ValidationError) as caught:
-        job_services.submit_job(owner, project, command="python x.py", image=image)
+        submit_job(owner, project, command="python x.py", image=image)
     assert "image" in caught.value.message_dict
     assert not Job.objects.exists()
 
@@ -143,12 +143,12 @@ def test_a_local_env_image_runs_without_a_note_and_clone_keeps_it(
     image = services.create_image(
         owner, tenant, name="venv", reference="reg.example/lab-a/v:1", local_env=sys.executable
     )
-    job = job_services.submit_job(owner, project, command="python x.py", image=image)
+    job = submit_job(owner, project, command="python x.py", image=image)
     assert job.runtime == sys.executable and job.image_record.runtime_note == ""
     # The clone form starts from the same image and a blank runtime (the image supplies it).
     form = client_for(owner).get(reverse("jobs:job_clone", args=[job.pk])).context["form"]
     assert form.initial["image"] == image.pk and form.initial["runtime"] == ""
-    copy = job_services.clone_job(owner, job)
+    copy = clone_job(owner, job)
     assert copy.image_record.image == image and copy.runtime == sys.executable
 
 
@@ -203,12 +203,12 @@ def test_the_job_list_api_stays_flat_with_images(
         owner, tenant, name="pinned", reference="reg.example/lab-a/p@sha256:" + "a" * 64
     )
     for i in range(2):
-        job_services.submit_job(owner, project, command="python x.py", image=image if i else None)
+        submit_job(owner, project, command="python x.py", image=image if i else None)
     api = api_for(owner)
     with django_assert_max_num_queries(12) as small:
         assert api.get("/api/v1/jobs/").status_code == 200
     for i in range(20):
-        job_services.submit_job(owner, project, command="python x.py", image=image if i else None)
+        submit_job(owner, project, command="python x.py", image=image if i else None)
     with django_assert_max_num_queries(len(small.captured_queries)):
         response = api.get("/api/v1/jobs/")
     results = response.json()["results"]

@@ -8,9 +8,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from images.models import JobImage, RuntimeImage
-from jobs import services
 from jobs.api import JOB_LIST_COLUMNS, JobListSerializer, JobSerializer
 from jobs.models import Job
+from jobs.services.submit import submit_job
 
 pytestmark = pytest.mark.django_db
 
@@ -24,8 +24,8 @@ class GenericListSerializer(JobSerializer):
 
 @pytest.fixture
 def jobs(owner, project):
-    plain = services.submit_job(owner, project, name="plain", command="python -c pass")
-    done = services.submit_job(owner, project, name="done ✓", command="python -c pass", gpus=0)
+    plain = submit_job(owner, project, name="plain", command="python -c pass")
+    done = submit_job(owner, project, name="done ✓", command="python -c pass", gpus=0)
     started = timezone.now() - timedelta(minutes=5, microseconds=123)
     Job.objects.filter(pk=done.pk).update(
         state="succeeded",
@@ -34,7 +34,7 @@ def jobs(owner, project):
         finished_at=started + timedelta(minutes=3),
         queue_position=None,
     )
-    waiting = services.submit_job(owner, project, name="waiting", command="python -c pass")
+    waiting = submit_job(owner, project, name="waiting", command="python -c pass")
     Job.objects.filter(pk=waiting.pk).update(
         queue_position=3, estimated_start_at=timezone.now() + timedelta(hours=1)
     )
@@ -107,7 +107,7 @@ def test_a_project_tokens_job_list_costs_what_a_sessions_does(
 
     audio = project_services.create_project(actor=owner, tenant=project.tenant, name="Audio", slug="audio")
     for n in range(30):
-        services.submit_job(owner, audio, name=f"audio-{n}", command="python -c pass")
+        submit_job(owner, audio, name=f"audio-{n}", command="python -c pass")
     token, key = account_services.create_api_token(actor=owner, name="vision", scope="read", project=project)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")

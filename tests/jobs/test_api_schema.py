@@ -9,7 +9,9 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from jobs import services
+from jobs.services.ingestion import ingest_logs
+from jobs.services.outputs import store_artifact
+from jobs.services.submit import submit_job
 from jobs.states import transition
 
 pytestmark = pytest.mark.django_db
@@ -35,11 +37,11 @@ def api(owner):
 
 @pytest.fixture
 def job(owner, project):
-    return services.submit_job(owner, project, name="schema", command="python -c pass")
+    return submit_job(owner, project, name="schema", command="python -c pass")
 
 
 def store(job, path, data=b"x"):
-    return services.store_artifact(job, 0, path, io.BytesIO(data), hashlib.sha256(data).hexdigest())[0]
+    return store_artifact(job, 0, path, io.BytesIO(data), hashlib.sha256(data).hexdigest())[0]
 
 
 def test_an_event_gantry_made_itself_has_a_null_actor_as_the_schema_allows(schema, api, job):
@@ -61,7 +63,7 @@ def test_a_jobs_artifacts_come_a_page_at_a_time_like_every_list(schema, api, job
 
 
 def test_a_log_page_counts_the_workers_lines(schema, api, job):
-    services.ingest_logs(job, 0, [{"seq": n, "stream": "stdout", "ts": 1.0, "text": f"line {n}"} for n in range(1, 8)])
+    ingest_logs(job, 0, [{"seq": n, "stream": "stdout", "ts": 1.0, "text": f"line {n}"} for n in range(1, 8)])
     page = api.get(f"/api/v1/jobs/{job.pk}/logs/?after=2&limit=3").json()
     assert page["count"] == 7 and [line["seq"] for line in page["results"]] == [3, 4, 5]
     assert page["next_after"] == 5 and page["complete"] is False

@@ -27,8 +27,9 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from jobs import services
 from jobs.models import Job
+from jobs.services.launch import make_token
+from jobs.services.submit import submit_job
 from jobs.states import transition
 from tests.conftest import service_required
 
@@ -126,7 +127,7 @@ class FakeExecutor:
     def __init__(self, base_url: str, job_id: int):
         self.http = httpx.Client(
             base_url=f"{base_url}/api/v1/executor/jobs/{job_id}/",
-            headers={"Authorization": f"Bearer {services.make_token(0, SECRET)}"},
+            headers={"Authorization": f"Bearer {make_token(0, SECRET)}"},
             timeout=10,
         )
         self.seq = 0
@@ -150,7 +151,7 @@ class FakeExecutor:
 
 
 def test_job_page_shows_new_lines_and_a_growing_chart(asgi_server, owner, project):
-    job = services.submit_job(owner, project, name="mnist", command="python train.py")
+    job = submit_job(owner, project, name="mnist", command="python train.py")
     transition(job, "admitted", "test")
     transition(job, "starting", "test", token_hash=Job.hash_token(SECRET))
     transition(job, "running", "running")

@@ -5,8 +5,8 @@ an eviction, a host shutdown) lost the attempt, which is retried while retries r
 import pytest
 from django.utils import timezone
 
-from jobs import services
 from jobs.models import Job, JobWorker
+from jobs.services.ingestion import record_worker_status
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def running_job(owner, project):
 
 
 def report_cancelled(job):
-    services.record_worker_status(
+    record_worker_status(
         job,
         0,
         {

@@ -3,9 +3,9 @@ on the local backend, and the digits CNN as a train job whose loss reaches Gantr
 
 import pytest
 
-from jobs import services
 from jobs.models import Artifact, MetricPoint
 from jobs.queries import log_lines
+from jobs.services.submit import submit_job
 from tests.jobs.conftest import wait_for
 from tests.jobs.test_examples import EXAMPLES, required_module
 
@@ -19,7 +19,7 @@ def _torch():
 
 
 def test_ddp_example_runs_as_a_distributed_job_and_keeps_both_ranks_logs(running_jobs, owner, project):
-    job = services.submit_job(
+    job = submit_job(
         owner, project, kind="distributed", workers=2, cpus=1, memory_mb=1024, name="ddp digits",
         command=f"python {EXAMPLES / 'train_digits_ddp.py'}", parameters={"epochs": 2},
     )
@@ -32,7 +32,7 @@ def test_ddp_example_runs_as_a_distributed_job_and_keeps_both_ranks_logs(running
 
 
 def test_digits_example_reports_its_loss_to_gantry(running_jobs, owner, project):
-    job = services.submit_job(
+    job = submit_job(
         owner, project, name="digits", command=f"python {EXAMPLES / 'train_digits.py'}", parameters={"epochs": 2},
     )
     wait_for(job, "succeeded", "failed", timeout=180)

@@ -7,9 +7,11 @@ import pytest
 from django.utils import timezone
 
 from accounts import services as account_services
-from jobs import services
 from jobs.models import Artifact, Job, LogChunk
 from jobs.queries import log_lines
+from jobs.services.launch import make_token
+from jobs.services.lifecycle import cancel_job
+from jobs.services.submit import submit_job
 from jobs.states import transition
 
 
@@ -20,10 +22,10 @@ def _settings(job_settings):
 
 def launched(owner, project, secret="s3cret", **spec):
     """A job as launch leaves it: starting, with a token (no processes needed here)."""
-    job = services.submit_job(owner, project, command="python x.py", **spec)
+    job = submit_job(owner, project, command="python x.py", **spec)
     transition(job, "admitted", "test")
     transition(job, "starting", "test", token_hash=Job.hash_token(secret))
-    return job, services.make_token(0, secret)
+    return job, make_token(0, secret)
 
 
 def url(job, what):
@@ -85,7 +87,7 @@ def test_metrics_are_deduplicated_by_seq(client, owner, project):
 def test_heartbeat_answers_cancel_once_requested(client, owner, project):
     job, token = launched(owner, project)
     assert post(client, job, "heartbeat", {"worker": 0}, token).json() == {"cancel": False}
-    services.cancel_job(owner, job)
+    cancel_job(owner, job)
     assert post(client, job, "heartbeat", {"worker": 0}, token).json() == {"cancel": True}
 
 
@@ -158,7 +160,7 @@ def test_a_token_expires_ten_minutes_after_the_job_ended(client, owner, project,
 
 
 def test_the_notebook_token_never_reaches_the_api(api_for, owner, project):
-    job = services.submit_job(owner, project, kind="notebook")
+    job = submit_job(owner, project, kind="notebook")
     job.worker_set.update(notebook_token="jupyter-secret", port=9999)
     body = api_for(owner).get(f"/api/v1/jobs/{job.pk}/").content
     assert b"jupyter-secret" not in body and b"token_hash" not in body

@@ -17,12 +17,16 @@ import kubernetes_validate
 import pytest
 
 from cluster.models import KubernetesCluster
-from jobs import services as job_services
 from jobs.backends import get_backend, reset_backends
 from jobs.backends import k8s_manifests as m
 from jobs.backends.k8s_watch import assess_pod, watches_for
 from jobs.backends.kubernetes import ClusterRef
 from jobs.models import Job, JobWorker
+from jobs.services.ingestion import record_worker_status
+from jobs.services.launch import device_holder, executor_job, job_spec_for_executor, launch_job
+from jobs.services.lifecycle import cancel_job, end_attempt, reconcile_job
+from jobs.services.notebooks import notebook_target
+from jobs.services.submit import submit_job
 from scheduling.admission import admission_pass
 from scheduling.models import TenantQuota
 
@@ -69,11 +73,11 @@ def kube(db, settings, tmp_path):
 def launch(owner, project, **spec):
     """Submit, admit and launch a job as the background tasks would."""
     spec.setdefault("command", "python train.py")
-    job = job_services.submit_job(owner, project, **spec)
+    job = submit_job(owner, project, **spec)
     admission_pass()
     job.refresh_from_db()
     assert job.state == "admitted", job.state_reason
-    assert job_services.launch_job(job)
+    assert launch_job(job)
     job.refresh_from_db()
     return job
 
@@ -155,7 +159,7 @@ def test_launch_creates_namespace_quota_secret_and_job_all_schema_valid(kube, ow
     name = f"gantry-job-{job.pk}-a1"
     secret = created[("secrets", f"{name}-token")]
     token = secret["stringData"]["0"]
-    assert job_services.executor_job(job.pk, token) == (job, 0)  # the executor's token works
+    assert executor_job(job.pk, token) == (job, 0)  # the executor's token works
     k8s_job = created[("jobs", name)]
     assert k8s_job["spec"]["backoffLimit"] == 0
     assert k8s_job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
@@ -181,7 +185,7 @@ def test_second_launch_in_a_namespace_updates_the_quota(kube, owner, project):
 
 def test_cancel_deletes_the_job_with_foreground_propagation(kube, owner, project):
     job = launch(owner, project)
-    job_services.cancel_job(owner, job)
+    cancel_job(owner, job)
     delete = kube.made("DELETE", "jobs")[-1]
     assert delete["name"] == f"gantry-job-{job.pk}-a1"
     assert "Foreground" in (delete["query"].get("propagationPolicy"), (delete["body"] or {}).get("propagationPolicy"))
@@ -196,7 +200,7 @@ def test_notebook_is_a_pod_and_service_reached_through_the_proxy_target(kube, ow
     JobWorker.objects.filter(job=job).update(state="running")
     Job.objects.filter(pk=job.pk).update(state="running")
     job.refresh_from_db()
-    host, port, token, base = job_services.notebook_target(job)
+    host, port, token, base = notebook_target(job)
     assert (host, port, base) == (f"{name}.gantry-lab-a.svc", 8888, f"/jobs/{job.pk}/lab/")
     worker = JobWorker.objects.get(job=job)
     assert token and get_backend().environment(job, worker)["JUPYTER_TOKEN"] == token
@@ -206,7 +210,7 @@ def test_notebook_is_a_pod_and_service_reached_through_the_proxy_target(kube, ow
 def test_distributed_spec_env_does_not_override_the_pods_rank(kube, owner, project):
     job = launch(owner, project, kind="distributed", workers=2)
     worker = JobWorker.objects.get(job=job, rank=1)
-    env = job_services.job_spec_for_executor(job, 1)["env"]
+    env = job_spec_for_executor(job, 1)["env"]
     assert not {"RANK", "PET_NODE_RANK", "MASTER_ADDR", "CUDA_VISIBLE_DEVICES"} & set(env)
     assert worker.workdir == f"k8s://fake/gantry-lab-a/gantry-job-{job.pk}-a1"
     assert kube.get("services", "gantry-lab-a", f"gantry-job-{job.pk}-a1")["spec"]["clusterIP"] == "None"
@@ -217,7 +221,7 @@ def test_a_kubeconfig_that_does_not_work_fails_the_job_in_plain_words(kube, owne
     reset_backends()
     job = Job.objects.create(project=project, created_by=owner, backend="kubernetes", state="admitted", command="python x.py")
     JobWorker.objects.create(job=job, rank=0)
-    job_services.launch_job(job)
+    launch_job(job)
     job.refresh_from_db()
     assert job.state == "failed"
     assert "the kubeconfig of cluster fake does not work" in job.state_reason
@@ -228,7 +232,7 @@ def test_a_cluster_that_does_not_answer_fails_the_job_in_plain_words(kube, owner
     reset_backends()
     job = Job.objects.create(project=project, created_by=owner, backend="kubernetes", state="admitted", command="python x.py")
     JobWorker.objects.create(job=job, rank=0)
-    job_services.launch_job(job)
+    launch_job(job)
     job.refresh_from_db()
     assert job.state == "failed"
     assert "could not start: the Kubernetes cluster fake does not answer" in job.state_reason
@@ -333,7 +337,7 @@ def test_exit_reported_by_the_cluster_when_the_executor_could_not(kube, owner, p
 
 def test_pods_of_an_attempt_that_is_over_are_deleted(kube, owner, project):
     job = launch(owner, project, max_retries=1)
-    job_services.end_attempt(job, "failed", "boom")  # attempt 2 is queued
+    end_attempt(job, "failed", "boom")  # attempt 2 is queued
     stale = pod_json(job, attempt=1, phase="Running", state={"running": {}})
     kube.put("jobs", {"metadata": {"name": f"gantry-job-{job.pk}-a1", "namespace": "gantry-lab-a"}})
     kube.script_watch("pods", event("MODIFIED", stale, 601))
@@ -347,12 +351,12 @@ def test_reconcile_marks_a_worker_lost_when_its_kubernetes_job_is_gone(kube, own
     name = f"gantry-job-{job.pk}-a1"
     # Pending pod: the cluster vouches for the worker, reconcile keeps it.
     kube.put("pods", pod_json(job, state={"waiting": {"reason": "ContainerCreating"}}))
-    assert job_services.reconcile_job(job) is None
+    assert reconcile_job(job) is None
     job.refresh_from_db()
     assert job.state == "starting"
     # Deleted behind Gantry's back: lost.
     kube.objects.clear()
-    assert job_services.reconcile_job(job) == "lost"
+    assert reconcile_job(job) == "lost"
     job.refresh_from_db()
     assert job.state == "lost"
     assert f"its Kubernetes Job gantry-lab-a/{name} no longer exists" in job.state_reason
@@ -477,7 +481,7 @@ def test_a_webhook_denial_fails_the_attempt_at_once_through_reconcile(kube, owne
         f'Error creating: admission webhook "validate.kyverno.svc" denied the request: '
         f'pods "{name}-x7k2p" must not use images from registry.example.org'), stamp())
     # No pod and no watcher running: the reconcile task's probe finds the refusal.
-    assert job_services.reconcile_job(job) is None
+    assert reconcile_job(job) is None
     job.refresh_from_db()
     assert job.state == "queued" and job.attempt == 2  # a failed attempt, retried as usual
     assert ("attempt 1 failed (the cluster refused to create its pods: an admission webhook denied "
@@ -529,7 +533,7 @@ def test_an_evicted_pod_is_lost_and_retried_whatever_its_executor_reports(kube, 
         "attempt 1 lost (stopped by the cluster (EvictionByEvictionAPI: Eviction API: evicting)); "
         "retrying, 2 of 2")
     # Its executor, SIGTERMed by the drain, reports "cancelled" afterwards: nothing changes.
-    job_services.record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled",
+    record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled",
                                                "exit_code": 143, "reason": "cancelled: executor received SIGTERM"})
     job.refresh_from_db()
     assert job.state == "queued" and job.attempt == 2
@@ -549,7 +553,7 @@ def test_node_pressure_eviction_of_an_exited_container_is_lost_not_failed(kube, 
 def test_the_executors_cancelled_before_the_watcher_sees_the_eviction_is_lost(kube, owner, project):
     """The executor's report can come first: Gantry asked no one to stop, so it is lost."""
     job = running(launch(owner, project, max_retries=1))
-    job_services.record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled", "exit_code": 143,
+    record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled", "exit_code": 143,
                                                "reason": "cancelled: executor received SIGTERM"})
     job.refresh_from_db()
     assert job.state == "queued" and job.attempt == 2
@@ -604,15 +608,15 @@ def test_a_worker_the_cluster_placed_elsewhere_blocks_no_launch(kube, owner, pro
     ids move with it to ids free there, so b still launches at once (kept as planned,
     they collided with b's and b waited for a to end)."""
     kube.put("nodes", node("gpu-2", gpus=4, model="NVIDIA-A100-SXM4-80GB"))
-    a = job_services.submit_job(owner, project, command="python a.py", gpus=3)
-    b = job_services.submit_job(owner, project, command="python b.py", gpus=3)
+    a = submit_job(owner, project, command="python a.py", gpus=3)
+    b = submit_job(owner, project, command="python b.py", gpus=3)
     admission_pass()
     a.refresh_from_db()
     b.refresh_from_db()
     assert a.state == b.state == "admitted"
     b_node = b.placement["hosts"]["0"]
     assert a.placement["hosts"]["0"] != b_node
-    assert job_services.launch_job(a)
+    assert launch_job(a)
     a.refresh_from_db()
     running = pod_json(a, phase="Running", state={"running": {}}, node_name=b_node)
     kube.script_watch("pods", event("MODIFIED", running, 701))
@@ -621,5 +625,5 @@ def test_a_worker_the_cluster_placed_elsewhere_blocks_no_launch(kube, owner, pro
     assert a.placement["hosts"] == {"0": b_node} and a.placement["nodes"] == {b_node: 1}
     assert len(a.placement["gpus"]["0"]) == 3
     assert not set(a.placement["gpus"]["0"]) & set(b.placement["gpus"]["0"])
-    assert job_services.device_holder(b) is None
-    assert job_services.launch_job(b)
+    assert device_holder(b) is None
+    assert launch_job(b)

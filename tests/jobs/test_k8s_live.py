@@ -158,7 +158,7 @@ class Gantry:
         """Run the pod and Job watches until `until()` is true, as `manage.py k8s_watch`
         does (a watch that fails is started again); with `reconcile` (a job), also the
         reconcile task's look at it."""
-        from jobs import services
+        from jobs.services.lifecycle import reconcile_job
 
         deadline = time.monotonic() + timeout
         while True:
@@ -171,7 +171,7 @@ class Gantry:
             if reconcile is not None:
                 reconcile.refresh_from_db()
                 if not reconcile.is_terminal:
-                    services.reconcile_job(reconcile)
+                    reconcile_job(reconcile)
             result = until()
             if result:
                 return result
@@ -179,30 +179,31 @@ class Gantry:
                 raise AssertionError(f"not reached within {timeout} s: {what}")
 
     def submit(self, owner, project, **spec):
-        from jobs import services
+        from jobs.services.launch import launch_job
+        from jobs.services.submit import submit_job
         from scheduling.admission import admission_pass
 
         spec.setdefault("command", "python train.py")
-        job = services.submit_job(owner, project, **spec)
+        job = submit_job(owner, project, **spec)
         assert job.state == "queued"
         admission_pass()
         job.refresh_from_db()
         assert job.state == "admitted", job.state_reason
-        assert services.launch_job(job), job.state_reason
+        assert launch_job(job), job.state_reason
         job.refresh_from_db()
         assert job.state == "starting", job.state_reason
         return job
 
     def relaunch(self, job):
         """The admission and launch tasks take a retried job's next attempt."""
-        from jobs import services
+        from jobs.services.launch import launch_job
         from scheduling.admission import admission_pass
 
         job.refresh_from_db()
         assert job.state == "queued", job.state_reason
         admission_pass()
         job.refresh_from_db()
-        assert services.launch_job(job), job.state_reason
+        assert launch_job(job), job.state_reason
         job.refresh_from_db()
         return job
 
@@ -648,14 +649,14 @@ def test_cancel_deletes_everything_with_foreground_propagation(
 ):
     from kubernetes.client.exceptions import ApiException
 
-    from jobs import services
+    from jobs.services.lifecycle import cancel_job
 
     _, project = tenant_project
     job = gantry.submit(owner, project, kind="distributed", workers=2, gpus=1)
     gantry.running(job, ranks=(0, 1))
     ns = m.namespace_name(job.project.tenant.slug)
     name = m.workload_name(job.pk, 1)
-    services.cancel_job(owner, job)
+    cancel_job(owner, job)
     with contextlib.suppress(ApiException):  # or already gone
         deleting = admin.batch.read_namespaced_job(name, ns)
         assert deleting.metadata.deletion_timestamp is not None
@@ -722,7 +723,7 @@ def test_watches_survive_an_api_server_restart_and_lose_nothing(
 def test_reconcile_alone_repairs_what_no_watch_saw(gantry, admin, tenant_project, owner):
     """No watch runs once the job runs (k8s_watch down): the reconcile task's look at the cluster still
     ends the job when its pod has ended, with the pod's own verdict."""
-    from jobs import services
+    from jobs.services.lifecycle import reconcile_job
 
     _, project = tenant_project
     job = gantry.submit(owner, project)
@@ -731,7 +732,7 @@ def test_reconcile_alone_repairs_what_no_watch_saw(gantry, admin, tenant_project
     deadline = time.monotonic() + WAIT
     while not job.is_terminal:
         assert time.monotonic() < deadline, "reconcile did not end the job"
-        services.reconcile_job(job)
+        reconcile_job(job)
         job.refresh_from_db()
         time.sleep(0.2)
     assert job.state == "failed"

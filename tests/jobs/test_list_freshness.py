@@ -5,9 +5,9 @@ when the body does (If-None-Match gets 304 only for the body the client holds)."
 import pytest
 from rest_framework.test import APIClient
 
-from jobs import services
 from jobs.backends import reset_backends
 from jobs.models import Job
+from jobs.services.submit import submit_job
 from scheduling.admission import admission_pass
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,7 @@ def one_gpu(settings):
 
 
 def submit(owner, project, name, **spec):
-    return services.submit_job(owner, project, name=name, command="python -c pass", gpus=1, memory_mb=256, **spec)
+    return submit_job(owner, project, name=name, command="python -c pass", gpus=1, memory_mb=256, **spec)
 
 
 def rows(response):

@@ -18,8 +18,10 @@ from django.urls import reverse
 from accounts import services as account_services
 from accounts.models import Membership
 from config.asgi import application
-from jobs import consumers, services
+from jobs import consumers
 from jobs.models import Job
+from jobs.services import ingestion
+from jobs.services.submit import submit_job
 from jobs.states import transition
 from projects import services as project_services
 
@@ -36,7 +38,7 @@ def _fresh_layer(settings):
 
 
 def running_job(owner, project, **spec):
-    job = services.submit_job(owner, project, command="python train.py", **spec)
+    job = submit_job(owner, project, command="python train.py", **spec)
     transition(job, "admitted", "test")
     transition(job, "starting", "test", token_hash=Job.hash_token("s3cret"))
     return job
@@ -85,8 +87,8 @@ def seqs(messages, worker=0):
     ]
 
 
-ingest = sync_to_async(services.ingest_logs)
-ingest_metrics = sync_to_async(services.ingest_metrics)
+ingest = sync_to_async(ingestion.ingest_logs)
+ingest_metrics = sync_to_async(ingestion.ingest_metrics)
 
 
 def test_anonymous_socket_is_closed_with_4401(owner, project):
@@ -218,7 +220,7 @@ def test_the_poll_forwards_nothing_after_access_is_lost(
         monkeypatch.setattr(consumers, "publish", lambda *a: None)  # another process
         await sync_to_async(account_services.remove_member)(actor=owner, membership=membership)
         await sync_to_async(transition)(job, "running", "running")
-        await sync_to_async(services.ingest_logs)(job, 0, lines(1, 3))
+        await sync_to_async(ingestion.ingest_logs)(job, 0, lines(1, 3))
         assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
         assert await communicator.receive_nothing(timeout=0.5)
 
@@ -247,7 +249,7 @@ def test_access_is_rechecked_at_most_every_interval(client, owner, member, tenan
 
 def test_member_gets_backfill_then_live_lines(client, owner, member, project):
     job = running_job(owner, project)
-    services.ingest_logs(job, 0, lines(1, 30))
+    ingestion.ingest_logs(job, 0, lines(1, 30))
     cookie = session_cookie(client, member)  # a tenant member views the project
 
     async def scenario():
@@ -277,7 +279,7 @@ def test_fresh_page_gets_only_the_recent_tail(client, owner, project, monkeypatc
     monkeypatch.setattr(consumers, "BACKFILL_TAIL", 50)
     job = running_job(owner, project)
     for first in range(1, 200, 20):
-        services.ingest_logs(job, 0, lines(first, first + 19))
+        ingestion.ingest_logs(job, 0, lines(first, first + 19))
     cookie = session_cookie(client, owner)
 
     async def scenario():
@@ -291,7 +293,7 @@ def test_fresh_page_gets_only_the_recent_tail(client, owner, project, monkeypatc
 
 def test_resume_with_after_loses_and_repeats_nothing(client, owner, project):
     job = running_job(owner, project)
-    services.ingest_logs(job, 0, lines(1, 100))
+    ingestion.ingest_logs(job, 0, lines(1, 100))
     cookie = session_cookie(client, owner)
 
     async def scenario():
@@ -324,7 +326,7 @@ def test_a_dropped_live_message_is_filled_from_storage(client, owner, project, m
         await receive_until(communicator, lambda m: m["type"] == "caught_up")
         with monkeypatch.context() as patch:
             # The layer loses a batch (a full in-memory queue drops silently).
-            patch.setattr(services, "publish_lines", lambda *args: None)
+            patch.setattr(ingestion, "publish_lines", lambda *args: None)
             await ingest(job, 0, lines(1, 10))
         await ingest(job, 0, lines(11, 12))
         got = await receive_until(
@@ -359,9 +361,9 @@ def test_two_viewers_see_the_same_lines(client, owner, member, project):
 def test_distributed_job_interleaves_workers_or_shows_one(client, owner, project):
     job = running_job(owner, project, workers=2, kind="distributed")
     # Worker 1 wrote between worker 0's lines (by timestamp).
-    services.ingest_logs(job, 0, [{"seq": 1, "stream": "stdout", "ts": 1.0, "text": "a"}])
-    services.ingest_logs(job, 1, [{"seq": 1, "stream": "stderr", "ts": 2.0, "text": "b"}])
-    services.ingest_logs(job, 0, [{"seq": 2, "stream": "stdout", "ts": 3.0, "text": "c"}])
+    ingestion.ingest_logs(job, 0, [{"seq": 1, "stream": "stdout", "ts": 1.0, "text": "a"}])
+    ingestion.ingest_logs(job, 1, [{"seq": 1, "stream": "stderr", "ts": 2.0, "text": "b"}])
+    ingestion.ingest_logs(job, 0, [{"seq": 2, "stream": "stdout", "ts": 3.0, "text": "c"}])
     cookie = session_cookie(client, owner)
 
     async def scenario():
@@ -419,7 +421,7 @@ def test_status_changes_made_elsewhere_arrive_by_the_poll(client, owner, project
         await receive_until(communicator, lambda m: m["type"] == "caught_up")
         monkeypatch.setattr(consumers, "publish", lambda *a: None)  # another process
         await sync_to_async(transition)(job, "running", "running")
-        await sync_to_async(services.ingest_logs)(job, 0, lines(1, 3))
+        await sync_to_async(ingestion.ingest_logs)(job, 0, lines(1, 3))
         got = await receive_until(
             communicator, lambda m: m["type"] == "lines" and m["lines"][-1]["seq"] == 3
         )
@@ -432,7 +434,7 @@ def test_status_changes_made_elsewhere_arrive_by_the_poll(client, owner, project
 
 def test_metrics_are_backfilled_and_pushed(client, owner, project):
     job = running_job(owner, project)
-    services.ingest_metrics(
+    ingestion.ingest_metrics(
         job, 0, [{"seq": s, "name": "loss", "step": s, "value": 1 / s, "ts": 5.0} for s in (1, 2)]
     )
     cookie = session_cookie(client, owner)
@@ -461,7 +463,7 @@ def test_metrics_are_backfilled_and_pushed(client, owner, project):
 def test_api_pages_backwards_with_before(api_for, owner, project):
     job = running_job(owner, project)
     for first in range(1, 100, 10):
-        services.ingest_logs(job, 0, lines(first, first + 9))
+        ingestion.ingest_logs(job, 0, lines(first, first + 9))
     api = api_for(owner)
     url = reverse("job-logs", args=[job.pk])
     body = api.get(url, {"before": 55, "limit": 20}).json()
@@ -476,7 +478,7 @@ def test_download_streams_the_whole_log(client, owner, project):
     job = running_job(owner, project)
     total = 60_000
     for first in range(1, total, 500):
-        services.ingest_logs(job, 0, lines(first, first + 499, text="step {seq} \x1b[32mok\x1b[0m"))
+        ingestion.ingest_logs(job, 0, lines(first, first + 499, text="step {seq} \x1b[32mok\x1b[0m"))
     client.force_login(owner)
     response = client.get(reverse("jobs:job_log_download", args=[job.pk]))
     assert response.status_code == 200 and response.streaming
@@ -492,8 +494,8 @@ def test_download_streams_the_whole_log(client, owner, project):
 def test_download_streams_asynchronously_under_asgi(owner, project):
     """Under ASGI a synchronous iterator would be read whole into memory first."""
     job = running_job(owner, project, workers=2, kind="distributed")
-    services.ingest_logs(job, 0, [{"seq": 1, "stream": "stdout", "ts": 1.0, "text": "zero"}])
-    services.ingest_logs(job, 1, [{"seq": 1, "stream": "stdout", "ts": 0.5, "text": "one"}])
+    ingestion.ingest_logs(job, 0, [{"seq": 1, "stream": "stdout", "ts": 1.0, "text": "zero"}])
+    ingestion.ingest_logs(job, 1, [{"seq": 1, "stream": "stdout", "ts": 0.5, "text": "one"}])
 
     async def scenario():
         async_client = AsyncClient()
@@ -514,7 +516,7 @@ def test_compare_page_charts_a_metric_across_jobs(client, owner, outsider, proje
     a = running_job(owner, project, name="lr 0.1")
     b = running_job(owner, project, name="lr 0.01")
     for job, scale in ((a, 1.0), (b, 2.0)):
-        services.ingest_metrics(
+        ingestion.ingest_metrics(
             job,
             0,
             [{"seq": s, "name": "loss", "step": s, "value": scale / s} for s in range(1, 6)],
@@ -547,4 +549,4 @@ def test_publish_failures_never_break_ingestion(owner, project, monkeypatch):
 
     monkeypatch.setattr(consumers, "get_channel_layer", lambda: Broken())
     job = running_job(owner, project)
-    assert services.ingest_logs(job, 0, lines(1, 3)) == 3
+    assert ingestion.ingest_logs(job, 0, lines(1, 3)) == 3

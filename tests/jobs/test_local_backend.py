@@ -7,11 +7,13 @@ import textwrap
 
 import pytest
 
-from jobs import services, tasks
+from jobs import tasks
 from jobs.backends import reset_backends
 from jobs.backends.local import process_start_time
 from jobs.models import Artifact, JobWorker, LogChunk, MetricPoint
 from jobs.queries import log_lines
+from jobs.services.lifecycle import cancel_job
+from jobs.services.submit import submit_job
 from tests.jobs.conftest import wait_for, wait_until
 
 pytestmark = pytest.mark.slow
@@ -25,7 +27,7 @@ def script(tmp_path, name, body):
 
 def submit(owner, project, **spec):
     spec.setdefault("name", "test")
-    return services.submit_job(owner, project, **spec)
+    return submit_job(owner, project, **spec)
 
 
 def test_train_job_runs_to_success_with_logs_metrics_and_an_artifact(
@@ -139,7 +141,7 @@ def test_cancel_kills_the_whole_process_group(running_jobs, owner, project, tmp_
     group = group_members(worker.child_pid)
     assert len(group) >= 2  # the command and its grandchild (and the sandbox around them)
 
-    services.cancel_job(owner, job)
+    cancel_job(owner, job)
     job.refresh_from_db()
     assert job.cancel_requested_at is not None
     wait_for(job, "cancelled", "failed", "succeeded")

@@ -6,7 +6,9 @@ import time
 
 import pytest
 
-from jobs import proxy, services
+from jobs import proxy
+from jobs.services.lifecycle import cancel_job
+from jobs.services.submit import submit_job
 from tests.jobs.conftest import wait_for
 from tests.jobs.notebooks import Browser, OriginServer
 
@@ -18,7 +20,7 @@ def test_notebook_job_serves_jupyterlab_to_who_may_exec(
 ):
     from django.test import Client
 
-    job = services.submit_job(owner, project, kind="notebook", name="explore")
+    job = submit_job(owner, project, kind="notebook", name="explore")
     wait_for(job, "running", "failed")
     assert job.state == "running", job.state_reason
     target = proxy.resolve_target(job)
@@ -58,6 +60,6 @@ def test_notebook_job_serves_jupyterlab_to_who_may_exec(
         outsider_ = signed_in(outsider).get(f"/jobs/{job.pk}/notebook/")
         assert outsider_.status_code == 404
 
-    services.cancel_job(owner, job)
+    cancel_job(owner, job)
     wait_for(job, "cancelled")
     assert proxy.resolve_target(job) is None

@@ -19,7 +19,7 @@ from django.conf import settings
 
 from accounts import services as account_services
 from accounts.models import ApiToken
-from jobs import services
+from jobs.services.submit import submit_job
 from projects import services as project_services
 from projects.models import ProjectRole
 from tests.jobs.notebooks import Browser, gantry_session, jupyterlab, run_notebook, served
@@ -79,7 +79,7 @@ def planted_notebook(gantry_url: str) -> dict:
 def test_a_trusted_notebook_runs_no_script_with_gantrys_origin(
     tmp_path, owner, member, dana, project
 ):
-    job = services.submit_job(owner, project, kind="notebook", name="explore")
+    job = submit_job(owner, project, kind="notebook", name="explore")
     with contextlib.ExitStack() as stack:
         gantry_url, origin_port = stack.enter_context(served(tmp_path))
         target, _ = stack.enter_context(jupyterlab(tmp_path / "nb", job.pk))
@@ -191,7 +191,7 @@ def test_a_trusted_notebook_runs_no_script_with_gantrys_origin(
 
 
 def test_a_stopped_notebook_stalls_no_one_else(tmp_path, owner, member, project):
-    job = services.submit_job(owner, project, kind="notebook", name="explore")
+    job = submit_job(owner, project, kind="notebook", name="explore")
     with contextlib.ExitStack() as stack:
         gantry_url, origin_port = stack.enter_context(
             served(tmp_path, notebook_timeout=NOTEBOOK_TIMEOUT)

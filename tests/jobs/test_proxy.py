@@ -13,8 +13,9 @@ import httpx
 import pytest
 from django.test import Client
 
-from jobs import proxy, services
+from jobs import proxy
 from jobs.models import NotebookTicket
+from jobs.services.submit import submit_job
 from projects import services as project_services
 from projects.models import ProjectRole
 from tests.jobs.notebooks import (
@@ -47,7 +48,7 @@ def notebook(lab_server, origin_server, settings, owner, project):
     """Job 1: the owner's running notebook."""
     settings.GANTRY_NOTEBOOK_ORIGIN = origin_server.origin_template
     proxy._recorded.clear()
-    job = services.submit_job(owner, project, kind="notebook", name="explore")
+    job = submit_job(owner, project, kind="notebook", name="explore")
     assert job.pk == 1
     return run_notebook(job, lab_server)
 
@@ -144,7 +145,7 @@ def test_gantry_no_longer_serves_notebooks_on_its_own_origin(notebook, owner):
 
 
 def test_a_job_without_a_running_notebook_has_no_ticket(notebook, owner, project):
-    train = services.submit_job(owner, project, name="train", command="python -c pass")
+    train = submit_job(owner, project, name="train", command="python -c pass")
     answer = signed_in(owner).get(f"/jobs/{train.pk}/notebook/?state=" + "s" * 43)
     assert answer.status_code == 404
 
@@ -187,7 +188,7 @@ def test_an_expired_ticket_opens_nothing(notebook, browser_for, owner, monkeypat
 def test_a_ticket_for_one_job_does_not_open_another(
     notebook, browser_for, owner, project, tmp_path
 ):
-    other = services.submit_job(owner, project, kind="notebook", name="b")
+    other = submit_job(owner, project, kind="notebook", name="b")
     socket = str(tmp_path / ".notebook.sock")
     run_notebook(other, proxy.NotebookTarget("localhost", 0, "t", "/jobs/2/lab/", uds=socket))
     browser = browser_for(owner)

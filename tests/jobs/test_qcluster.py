@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from jobs import services
+from jobs.services.submit import submit_job
 from jobs.tasks import SCHEDULES
 from tests.jobs.conftest import wait_until
 
@@ -54,7 +54,7 @@ def test_qcluster_admits_launches_and_finishes_a_job(running_jobs, owner, projec
     )
     try:
         # Submitting kicks an admission pass onto the queue; the cluster runs it.
-        job = services.submit_job(owner, project, name="q", command="python -c 'print(42)'")
+        job = submit_job(owner, project, name="q", command="python -c 'print(42)'")
 
         def finished():
             job.refresh_from_db()

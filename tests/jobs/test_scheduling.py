@@ -17,10 +17,14 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from jobs import services
 from jobs.backends import reset_backends
 from jobs.models import Job
 from jobs.queries import log_lines
+from jobs.services.ingestion import record_heartbeat, record_worker_status
+from jobs.services.launch import device_holder, launch_job
+from jobs.services.lifecycle import cancel_job
+from jobs.services.submit import submit_job
+from jobs.services.usage import tenant_usage, usage_by_tenant
 from jobs.states import transition
 from scheduling import tasks
 from scheduling.admission import admission_pass
@@ -44,7 +48,7 @@ def small_cluster(settings):
 def submit(user, project, **spec):
     spec.setdefault("command", "python -c pass")
     spec.setdefault("memory_mb", 256)
-    return services.submit_job(user, project, **spec)
+    return submit_job(user, project, **spec)
 
 
 def fresh(job):
@@ -62,7 +66,7 @@ def launched(job):
 def exited(job, outcome="cancelled"):
     """The executor's 'exited' report for every worker."""
     for rank in range(job.workers):
-        services.record_worker_status(
+        record_worker_status(
             job, rank, {"event": "exited", "outcome": outcome, "exit_code": 143, "reason": outcome}
         )
     return fresh(job)
@@ -112,9 +116,9 @@ def test_idle_capacity_is_borrowed_then_reclaimed_and_the_borrower_is_requeued(
     )
     # The owner's job has the borrower's GPUs, but starts only once the borrower stopped.
     assert set(gpus_of(owner_job)) <= {0, 1, 2, 3}
-    assert not services.launch_job(fresh(owner_job))
+    assert not launch_job(fresh(owner_job))
     assert f"job #{borrower.pk} has stopped" in fresh(owner_job).state_reason
-    assert services.record_heartbeat(borrower, 0) is True  # the executor is told to stop
+    assert record_heartbeat(borrower, 0) is True  # the executor is told to stop
 
     borrower = exited(borrower)
     assert borrower.state == "queued" and borrower.preemptions == 1
@@ -124,7 +128,7 @@ def test_idle_capacity_is_borrowed_then_reclaimed_and_the_borrower_is_requeued(
         f"preempted for job #{owner_job.pk} of lab-b (borrowed capacity reclaimed); "
         "requeued (preemption 1)"
     )
-    assert services.device_holder(fresh(owner_job)) is None
+    assert device_holder(fresh(owner_job)) is None
     assert not borrower.events.filter(to_state="failed").exists()
 
     admission_pass()
@@ -242,7 +246,7 @@ def test_a_pass_rewrites_only_the_waiting_jobs_whose_place_changed(owner, projec
     admission_pass()
     assert [fresh(j).queue_position for j in (first, second, third, fourth)] == [1, 2, 3, 4]
 
-    services.cancel_job(owner, fresh(second))
+    cancel_job(owner, fresh(second))
     rows_written = []
 
     def record(execute, sql, params, many, context):
@@ -375,9 +379,9 @@ def test_usage_counts_what_active_jobs_hold(owner, project, tenant):
     running = submit(owner, project, gpus=2, cpus=2, memory_mb=1000)
     admission_pass()
     submit(owner, project, gpus=4)
-    usage = services.tenant_usage(tenant)
+    usage = tenant_usage(tenant)
     assert usage == {"gpus": 2, "cpus": 2, "memory_mb": 1000, "jobs": 1}
-    assert services.usage_by_tenant([tenant.pk])[tenant.pk]["queued"] == 1
+    assert usage_by_tenant([tenant.pk])[tenant.pk]["queued"] == 1
     assert fresh(running).state == "admitted"
 
 

@@ -5,9 +5,10 @@ from django.urls import reverse
 
 from accounts import services as account_services
 from accounts.models import Membership
-from jobs import services
 from jobs.forms import parse_pairs
 from jobs.models import Job
+from jobs.services.notebooks import notebook_target
+from jobs.services.submit import submit_job
 from jobs.states import transition
 
 
@@ -131,7 +132,7 @@ def test_outsider_cannot_submit_to_a_project_they_cannot_see(api_for, outsider, 
 
 
 def test_cancel_a_queued_job_and_retry_it(client_for, owner, project):
-    job = services.submit_job(owner, project, command="python x.py")
+    job = submit_job(owner, project, command="python x.py")
     client = client_for(owner)
     response = client.post(reverse("jobs:job_cancel", args=[job.pk]))
     assert response.status_code == 302
@@ -145,7 +146,7 @@ def test_cancel_a_queued_job_and_retry_it(client_for, owner, project):
 
 
 def test_clone_and_edit_prefills_the_form(client_for, owner, project):
-    job = services.submit_job(owner, project, command="python x.py", parameters={"lr": 0.5})
+    job = submit_job(owner, project, command="python x.py", parameters={"lr": 0.5})
     client = client_for(owner)
     page = client.get(reverse("jobs:job_clone", args=[job.pk]))
     assert page.context["form"].initial["parameters"] == "lr=0.5"
@@ -166,7 +167,7 @@ def test_clone_and_edit_prefills_the_form(client_for, owner, project):
 
 
 def test_transitions_are_guarded_against_races(owner, project):
-    job = services.submit_job(owner, project, command="python x.py")
+    job = submit_job(owner, project, command="python x.py")
     stale = Job.objects.get(pk=job.pk)
     assert transition(job, "admitted", "first")
     assert not transition(stale, "admitted", "second")  # read as queued, no longer queued
@@ -175,15 +176,15 @@ def test_transitions_are_guarded_against_races(owner, project):
 
 
 def test_queued_jobs_say_why_they_wait(owner, project):
-    big = services.submit_job(owner, project, command="python x.py", cpus=4)
-    small = services.submit_job(owner, project, command="python x.py", cpus=1)
+    big = submit_job(owner, project, command="python x.py", cpus=4)
+    small = submit_job(owner, project, command="python x.py", cpus=1)
     from scheduling.admission import admission_pass
 
     assert admission_pass() == [big]
     small.refresh_from_db()
     assert small.state == "queued"
     assert small.state_reason == "waiting for 1 CPU: 0 free on this machine"
-    third = services.submit_job(owner, project, command="python x.py", cpus=1)
+    third = submit_job(owner, project, command="python x.py", cpus=1)
     admission_pass()
     third.refresh_from_db()
     assert third.state_reason == "waiting for 1 CPU: 0 free on this machine"
@@ -207,7 +208,7 @@ def test_job_list_query_count_does_not_grow_with_the_page(
 
     second = project_services.create_project(actor=owner, tenant=other, name="P", slug="p")
     for i in range(3):
-        services.submit_job(owner, project if i % 2 else second, command="python x.py")
+        submit_job(owner, project if i % 2 else second, command="python x.py")
     client = client_for(owner)
     api = api_for(owner)
     with django_assert_max_num_queries(12) as small_page:
@@ -215,7 +216,7 @@ def test_job_list_query_count_does_not_grow_with_the_page(
     with django_assert_max_num_queries(12) as small_api:
         assert api.get("/api/v1/jobs/").status_code == 200
     for i in range(30):
-        services.submit_job(owner, project if i % 2 else second, command="python x.py")
+        submit_job(owner, project if i % 2 else second, command="python x.py")
     with django_assert_max_num_queries(len(small_page.captured_queries)):
         assert client.get(reverse("jobs:job_list")).status_code == 200
     with django_assert_max_num_queries(len(small_api.captured_queries)):
@@ -224,8 +225,8 @@ def test_job_list_query_count_does_not_grow_with_the_page(
 
 
 def test_job_list_filters(client_for, owner, project):
-    services.submit_job(owner, project, command="python a.py", name="alpha")
-    services.submit_job(owner, project, kind="notebook", name="lab")
+    submit_job(owner, project, command="python a.py", name="alpha")
+    submit_job(owner, project, kind="notebook", name="lab")
     client = client_for(owner)
     page = client.get(reverse("jobs:job_list") + "?kind=notebook")
     assert [row["name"] for row in page.context["rows"]] == ["lab"]
@@ -240,9 +241,9 @@ def test_job_table_rows_say_what_the_models_say(client_for, owner, member, proje
     account_services.change_member_role(actor=owner, membership=membership, role="admin")
     member.first_name, member.last_name = "Max", "Planck"
     member.save()
-    by_owner = services.submit_job(owner, project, name="plain", command="python a.py")
+    by_owner = submit_job(owner, project, name="plain", command="python a.py")
     Job.objects.filter(pk=by_owner.pk).update(workers=2, gpus=1)
-    by_member = services.submit_job(member, project, name="named", command="python b.py")
+    by_member = submit_job(member, project, name="named", command="python b.py")
     Job.objects.filter(pk=by_member.pk).update(queue_position=3)
     rows = {row["name"]: row for row in client_for(owner).get(reverse("jobs:job_list")).context["rows"]}
     plain, named = rows["plain"], rows["named"]
@@ -255,9 +256,9 @@ def test_job_table_rows_say_what_the_models_say(client_for, owner, member, proje
 
 
 def test_notebook_target_is_none_until_the_notebook_runs(owner, project):
-    job = services.submit_job(owner, project, kind="notebook")
+    job = submit_job(owner, project, kind="notebook")
     assert job.command == ""
-    assert services.notebook_target(job) is None
+    assert notebook_target(job) is None
     from jobs.backends import get_backend
 
     worker = job.worker_set.get()

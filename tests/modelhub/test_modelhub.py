@@ -12,8 +12,11 @@ from django.urls import reverse
 
 from core.models import AuditEvent
 from images.models import JobImage
-from jobs import services as job_services
 from jobs.models import Job
+from jobs.services.ingestion import ingest_metrics
+from jobs.services.launch import make_token
+from jobs.services.outputs import store_artifact
+from jobs.services.submit import submit_job
 from modelhub import services
 from modelhub.models import Alias, AliasMove, ModelFile, ModelVersion, RegisteredModel
 from tests.modelhub.builders import safetensors_bytes
@@ -23,12 +26,12 @@ pytestmark = pytest.mark.django_db
 
 def finished_job(owner, project, *, files=None, metrics=(), state="succeeded", inputs=None, **spec):
     spec = {"command": "python train.py", "parameters": {"lr": 0.01, "epochs": 3}, **spec}
-    job = job_services.submit_job(owner, project, **spec)
+    job = submit_job(owner, project, **spec)
     for path, data in (files or {"model.pt": b"\x80\x02weights", "meta.json": b"{}"}).items():
-        job_services.store_artifact(
+        store_artifact(
             job, 0, path, io.BytesIO(data), hashlib.sha256(data).hexdigest()
         )
-    job_services.ingest_metrics(
+    ingest_metrics(
         job,
         0,
         [
@@ -195,12 +198,12 @@ def test_the_job_token_downloads_its_projects_model_files_only(
     secret = "s3cret-for-test"
     Job.objects.filter(pk=job.pk).update(token_hash=Job.hash_token(secret), state="running")
     url = job.inputs[0]["files"][0]["url"]
-    response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {job_services.make_token(0, secret)}")
+    response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {make_token(0, secret)}")
     assert response.status_code == 200
     assert b"".join(response.streaming_content) == safetensors_bytes()
     assert client.get(url).status_code == 401
     assert client.get(url, HTTP_AUTHORIZATION="Bearer gjt_0_wrong").status_code == 404
-    foreign = job_services.submit_job(outsider, other_project, command="python -c pass")
+    foreign = submit_job(outsider, other_project, command="python -c pass")
     Job.objects.filter(pk=foreign.pk).update(token_hash=Job.hash_token("other"), state="running")
     assert client.get(url, HTTP_AUTHORIZATION="Bearer gjt_0_other").status_code == 404
 

@@ -1,0 +1,93 @@
+"""Submitting jobs: submit, clone and retry.
+
+Views, the API and other apps (images, modelhub) call these; none of them creates a
+Job row directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from core import audit
+from jobs.backends import get_backend
+from jobs.models import Job, JobEvent, JobWorker
+from jobs.services.validation import SPEC_FIELDS, validate_spec
+from jobs.signals import first_answer, submit_check
+from jobs.states import JobState
+from projects.permissions import require
+
+
+@transaction.atomic
+def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **spec) -> Job:
+    """Queue a job in `project`; admission picks it up within seconds.
+
+    With `image` (an images.RuntimeImage) the images app resolves and records the
+    digest the job runs with (images.services.submit_job_with_image, which calls
+    back here without `image`); imported here, not at module level, so jobs does
+    not depend on images at import time.
+    """
+    require(actor, "job.submit", project)
+    if image is not None:
+        from images.services import submit_job_with_image
+
+        return submit_job_with_image(actor, project, image, cloned_from=cloned_from, **spec)
+    backend = get_backend()
+    clean = validate_spec(spec, backend)
+    # Dataset inputs are pinned to a version here, so the job reads exactly what it named.
+    from datasets.services import clean_job_inputs
+
+    clean["inputs"] = clean_job_inputs(actor, project, clean["inputs"])
+    never = first_answer(submit_check, project=project, spec=clean, backend=backend)
+    if never:
+        raise ValidationError({never[0]: never[1]})
+    refusal = getattr(backend, "submit_problem", lambda project: None)(project)
+    if refusal:
+        raise ValidationError(refusal)
+    job = Job.objects.create(
+        project=project,
+        created_by=actor,
+        backend=backend.name,
+        state=JobState.QUEUED,
+        state_reason="waiting for admission",
+        cloned_from=cloned_from,
+        **clean,
+    )
+    JobWorker.objects.bulk_create([JobWorker(job=job, rank=r) for r in range(job.workers)])
+    JobEvent.objects.create(
+        job=job,
+        from_state="",
+        to_state=JobState.QUEUED,
+        reason=f"submitted by {actor.username}"
+        + (f" (from job #{cloned_from.pk})" if cloned_from else ""),
+        actor=actor,
+    )
+    audit.record(actor, "job.submit", job, kind=job.kind, command=job.command)
+    from jobs.tasks import kick
+
+    transaction.on_commit(kick)
+    return job
+
+
+def job_spec(job: Job) -> dict[str, Any]:
+    """The submit-time spec of a job (what clone and retry start from)."""
+    return {name: getattr(job, name) for name in SPEC_FIELDS}
+
+
+def clone_job(actor, job: Job, **overrides) -> Job:
+    """A new job from an old one's spec, with `overrides` applied (clone-and-edit)."""
+    spec = {**job_spec(job), **overrides}
+    if "image" not in overrides:
+        # The same image (its tag resolved again); none if the image has been deleted.
+        record = getattr(job, "image_record", None)
+        spec["image"] = record.image if record else None
+    return submit_job(actor, job.project, cloned_from=job, **spec)
+
+
+def retry_job(actor, job: Job) -> Job:
+    """Run a finished job again, as a new job with the same spec."""
+    require(actor, "job.submit", job.project)
+    if not job.is_terminal:
+        raise ValidationError(f"Job #{job.pk} is still {job.get_state_display().lower()}.")
+    return clone_job(actor, job)
