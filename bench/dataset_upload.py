@@ -105,7 +105,7 @@ def main() -> int:
         setup = (
             "from django.contrib.auth import get_user_model;"
             "from accounts import services as a; from projects import services as p;"
-            "from datasets import services as d, storage;"
+            "from datasets import storage; from datasets.services import catalog as d;"
             "storage.configure_bucket(['http://127.0.0.1']);"
             "u=get_user_model().objects.create_user('bench', password='x');"
             "t=a.create_tenant(actor=u, name='Bench', slug='bench');"
@@ -155,7 +155,7 @@ def main() -> int:
         # The commit's verification (one streaming read of the object) runs in the worker.
         t0 = time.perf_counter()
         state = manage(env, "shell", "-c",
-                       f"from datasets import services; print(services.finish_commit({session_id}).state)").strip().splitlines()[-1]  # fmt: skip
+                       f"from datasets.services import commits; print(commits.finish_commit({session_id}).state)").strip().splitlines()[-1]  # fmt: skip
         commit_s = time.perf_counter() - t0
     gb = size / 1e9
     result = {

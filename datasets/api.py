@@ -24,9 +24,10 @@ from rest_framework.response import Response
 
 from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from core.parsers import JSONParser
-from datasets import downloads, job_outputs, services
+from datasets import downloads, job_outputs
 from datasets.filters import DatasetFilterSet
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession
+from datasets.services import archives, bucket_imports, catalog, uploads, versions
 from projects.models import Project
 from projects.permissions import get_object_for_user, token_of
 
@@ -195,7 +196,7 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         "copy": "dataset.create",
         "from_job": "dataset.create",
         "archive": "dataset.create",
-        "import_prefix": services.BUCKET_IMPORT_ACTION,
+        "import_prefix": bucket_imports.BUCKET_IMPORT_ACTION,
         "bucket_import": "dataset.view",
     }
 
@@ -216,15 +217,15 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
             token=token_of(self.request),
             pk=data.pop("project").pk,
         )
-        serializer.instance = services.create_dataset(self.request.user, project, **data)
+        serializer.instance = catalog.create_dataset(self.request.user, project, **data)
 
     def perform_update(self, serializer):
-        serializer.instance = services.update_dataset(
+        serializer.instance = catalog.update_dataset(
             self.request.user, serializer.instance, **serializer.validated_data
         )
 
     def perform_destroy(self, instance):
-        services.delete_dataset(self.request.user, instance)
+        catalog.delete_dataset(self.request.user, instance)
 
     @extend_schema(request=CopySerializer, responses={201: DatasetVersionSerializer})
     @action(detail=True, methods=["post"])
@@ -240,7 +241,7 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
             token=token_of(request),
             pk=body.validated_data["source"],
         )
-        version = services.copy_version(
+        version = versions.copy_version(
             request.user, source, dataset, body.validated_data.get("message", "")
         )
         return Response(DatasetVersionSerializer(version).data, status=status.HTTP_201_CREATED)
@@ -255,7 +256,7 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         job = job_outputs.source().get_job(
             request.user, body.validated_data["job"], token=token_of(request)
         )
-        version = services.save_job_outputs(
+        version = versions.save_job_outputs(
             request.user, job, dataset, body.validated_data.get("message", "")
         )
         return Response(DatasetVersionSerializer(version).data, status=status.HTTP_201_CREATED)
@@ -271,7 +272,7 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         dataset = self.get_object()
         body = ArchiveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        archive = services.start_archive_import(
+        archive = archives.start_archive_import(
             request.user, dataset, body.validated_data["archive"], body.validated_data["parent"]
         )
         return Response({"id": archive.pk, "state": archive.state}, status=status.HTTP_202_ACCEPTED)
@@ -284,7 +285,7 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         dataset = self.get_object()
         body = BucketImportSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        imp = services.start_bucket_import(
+        imp = bucket_imports.start_bucket_import(
             request.user, dataset, body.validated_data["prefix"], body.validated_data["parent"]
         )
         return Response(bucket_import_data(imp), status=status.HTTP_202_ACCEPTED)
@@ -391,7 +392,7 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
         dataset = get_object_for_user(
             request.user, Dataset, "dataset.create", token=token_of(request), pk=data["dataset"]
         )
-        session = services.start_upload(
+        session = uploads.start_upload(
             request.user,
             dataset,
             files=[dict(f) for f in data["files"]],
@@ -399,11 +400,11 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
             remove=data.get("remove", []),
             message=data.get("message", ""),
         )
-        return Response(services.upload_status(session), status=status.HTTP_201_CREATED)
+        return Response(uploads.upload_status(session), status=status.HTTP_201_CREATED)
 
     @extend_schema(responses=UploadStatusSerializer)
     def retrieve(self, request, pk=None):
-        return Response(services.upload_status(self.get_object()))
+        return Response(uploads.upload_status(self.get_object()))
 
     @extend_schema(request=SignSerializer, responses={200: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["post"])
@@ -413,7 +414,7 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
         body = SignSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         file = self._file(session, body.validated_data["file"])
-        urls = services.sign_parts(request.user, session, file, body.validated_data["numbers"])
+        urls = uploads.sign_parts(request.user, session, file, body.validated_data["numbers"])
         return Response({"urls": {str(n): url for n, url in urls.items()}})
 
     @extend_schema(
@@ -435,7 +436,7 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
             raise serializers.ValidationError({"number": "A part number is required."}) from None
         # Read the raw body as a stream: DRF's parsers would buffer the whole part.
         stream = request._request
-        part = services.receive_part(
+        part = uploads.receive_part(
             request.user, session, file, number, stream, request.headers.get("X-Part-Sha256", "")
         )
         return Response({"file": file.pk, "number": part.number, "size": part.size})
@@ -449,7 +450,7 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
         body.is_valid(raise_exception=True)
         data = body.validated_data
         file = self._file(session, data["file"])
-        part = services.record_part(
+        part = uploads.record_part(
             request.user, session, file, data["number"], data["sha256"], data.get("etag", "")
         )
         return Response({"file": file.pk, "number": part.number, "size": part.size})
@@ -457,11 +458,11 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
     @extend_schema(request=None, responses={202: UploadStatusSerializer})
     @action(detail=True, methods=["post"])
     def commit(self, request, pk=None):
-        session = services.commit_upload(request.user, self.get_object())
-        return Response(services.upload_status(session), status=status.HTTP_202_ACCEPTED)
+        session = uploads.commit_upload(request.user, self.get_object())
+        return Response(uploads.upload_status(session), status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses=UploadStatusSerializer)
     @action(detail=True, methods=["post"])
     def abort(self, request, pk=None):
-        session = services.abort_upload(request.user, self.get_object())
-        return Response(services.upload_status(session))
+        session = uploads.abort_upload(request.user, self.get_object())
+        return Response(uploads.upload_status(session))

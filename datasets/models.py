@@ -102,7 +102,7 @@ class DatasetVersionQuerySet(models.QuerySet):
 
 class DatasetVersion(models.Model):
     """A committed, immutable set of files. Born complete: a version row is only ever
-    created, together with all its files, in one transaction (`services._create_version`)."""
+    created, together with all its files, in one transaction (`services.versions.create_version`)."""
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from datasets import services
+from datasets.services import archives, bucket_imports, cleanup, commits
 
 logger = logging.getLogger(__name__)
 
@@ -30,23 +30,23 @@ def enqueue(func: str, object_id: int) -> None:
 
 
 def commit_upload(session_id: int) -> str:
-    return services.finish_commit(session_id).state
+    return commits.finish_commit(session_id).state
 
 
 def extract_archive(import_id: int) -> str:
-    return services.extract_archive(import_id).state
+    return archives.extract_archive(import_id).state
 
 
 def import_bucket_prefix(import_id: int) -> str:
-    return services.import_bucket_prefix(import_id).state
+    return bucket_imports.import_bucket_prefix(import_id).state
 
 
 def cleanup_uploads() -> int:
-    return services.cleanup_abandoned_uploads()
+    return cleanup.cleanup_abandoned_uploads()
 
 
 def collect_garbage() -> int:
-    return services.collect_garbage()
+    return cleanup.collect_garbage()
 
 
 def register_schedules(**kwargs) -> None:

@@ -11,10 +11,11 @@ from core.views import (
     ObjectListView,
     ServiceFormView,
 )
-from datasets import downloads, job_outputs, services
+from datasets import downloads, job_outputs
 from datasets.filters import DatasetFilterSet
 from datasets.forms import ArchiveForm, DatasetForm, FromJobForm
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession, UploadState
+from datasets.services import archives, catalog, quotas, uploads, versions
 from projects.models import Project
 from projects.views import PROJECT_CONTENTS
 
@@ -44,7 +45,7 @@ class DatasetCreateView(ServiceFormView):
     success_message = "Created {object}."
 
     def perform(self, form, project):
-        return services.create_dataset(self.request.user, project, **form.cleaned_data)
+        return catalog.create_dataset(self.request.user, project, **form.cleaned_data)
 
 
 class DatasetEditView(ServiceFormView):
@@ -59,7 +60,7 @@ class DatasetEditView(ServiceFormView):
 
     def perform(self, form, dataset):
         data = {k: v for k, v in form.cleaned_data.items() if k != "slug"}
-        return services.update_dataset(self.request.user, dataset, **data)
+        return catalog.update_dataset(self.request.user, dataset, **data)
 
 
 class DatasetDetailView(ObjectDetailView):
@@ -75,8 +76,8 @@ class DatasetDetailView(ObjectDetailView):
                 state__in=(UploadState.OPEN, UploadState.COMMITTING, UploadState.FAILED)
             ),
             "archives": dataset.archives.exclude(state=UploadState.COMMITTED)[:10],
-            "quota": services.tenant_quota(tenant),
-            "usage": services.tenant_usage(tenant),
+            "quota": quotas.tenant_quota(tenant),
+            "usage": quotas.tenant_usage(tenant),
         }
 
 
@@ -88,7 +89,7 @@ class DatasetDeleteView(ObjectDeleteView):
         return [("versions", dataset.versions.count())]
 
     def perform(self, dataset):
-        services.delete_dataset(self.request.user, dataset)
+        catalog.delete_dataset(self.request.user, dataset)
 
     def get_success_url(self, dataset):
         return reverse("projects:project_detail", args=[dataset.project_id])
@@ -105,8 +106,8 @@ class DatasetUploadView(ObjectDetailView):
         tenant = dataset.project.tenant
         return {
             "latest": dataset.latest_version(),
-            "quota": services.tenant_quota(tenant),
-            "usage": services.tenant_usage(tenant),
+            "quota": quotas.tenant_quota(tenant),
+            "usage": quotas.tenant_usage(tenant),
         }
 
 
@@ -123,7 +124,7 @@ class DatasetArchiveView(ServiceFormView):
 
     def perform(self, form, dataset):
         parent = "latest" if form.cleaned_data["on_top_of_latest"] else None
-        archive = services.start_archive_import(
+        archive = archives.start_archive_import(
             self.request.user, dataset, form.cleaned_data["archive"], parent
         )
         messages.info(
@@ -144,7 +145,7 @@ class DatasetFromJobView(ServiceFormView):
         return {"jobs": jobs}
 
     def perform(self, form, dataset):
-        return services.save_job_outputs(
+        return versions.save_job_outputs(
             self.request.user, form.cleaned_data["job"], dataset, form.cleaned_data["message"]
         )
 
@@ -194,7 +195,7 @@ class UploadDetailView(ObjectDetailView):
     template_name = "datasets/upload_detail.html"
 
     def get_extra_context(self, session):
-        return {"status": services.upload_status(session)}
+        return {"status": uploads.upload_status(session)}
 
 
 class UploadAbortView(GantryView):
@@ -205,7 +206,7 @@ class UploadAbortView(GantryView):
     def post(self, request, *args, **kwargs):
         session = self.get_object()
         try:
-            services.abort_upload(request.user, session)
+            uploads.abort_upload(request.user, session)
         except ValidationError as exc:
             messages.error(request, " ".join(exc.messages))
         else:

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
-from datasets.services import executor_may_read
 from django.core.exceptions import RequestDataTooBig
 from django.http import FileResponse, Http404, JsonResponse
 from django.urls import path
@@ -30,6 +29,7 @@ from django.views.decorators.http import require_http_methods
 from core.parsers import Unreadable, loads
 from datasets import downloads
 from datasets.models import DatasetFile
+from datasets.services.inputs import executor_may_read
 from jobs.models import Job
 from jobs.services.ingestion import (
     ingest_logs,

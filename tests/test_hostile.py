@@ -43,12 +43,11 @@ from rest_framework.test import APIClient
 
 from accounts import services as account_services
 from accounts.models import Membership
-from datasets import services as dataset_services
 from datasets.models import ArchiveImport, DatasetVersion
+from datasets.services.catalog import create_dataset
+from datasets.services.uploads import start_upload
+from jobs import services as job_services
 from jobs.models import Job
-from jobs.services.launch import make_token
-from jobs.services.outputs import store_artifact
-from jobs.services.submit import submit_job
 from projects import services as project_services
 from projects.models import ProjectMember
 from tests.datasets.builders import upload_files
@@ -76,9 +75,9 @@ WRITE_METHODS = ("post", "put", "patch")
 
 def _finished_job(owner, project):
     """A succeeded job with two output files, as if its executor had reported them."""
-    job = submit_job(owner, project, name="trained", command="python train.py")
+    job = job_services.submit_job(owner, project, name="trained", command="python train.py")
     for path, data in {"model.safetensors": safetensors_bytes(), "meta.json": b"{}"}.items():
-        store_artifact(
+        job_services.store_artifact(
             job, 0, path, io.BytesIO(data), hashlib.sha256(data).hexdigest()
         )
     Job.objects.filter(pk=job.pk).update(state="succeeded")
@@ -114,9 +113,9 @@ def _build_world() -> dict:
         actor=owner, project=project, user=users["max"], role="viewer"
     )
     objects = {k.__name__: v for k, v in access_objects(tenant, project, owner).items()}
-    dataset = dataset_services.create_dataset(owner, project, name="Digits", slug="digits")
+    dataset = create_dataset(owner, project, name="Digits", slug="digits")
     committed = upload_files(owner, dataset, {"train.csv": b"a,b\n1,2\n"})
-    other_dataset = dataset_services.create_dataset(
+    other_dataset = create_dataset(
         outsider, other_project, name="Theirs", slug="theirs"
     )
     upload_files(outsider, other_dataset, {"secret.csv": b"s\n"})
@@ -132,10 +131,10 @@ def _build_world() -> dict:
         "dataset": dataset,
         "dataset_version": committed.version,
         "other_dataset": other_dataset,
-        "upload": dataset_services.start_upload(
+        "upload": start_upload(
             owner, dataset, files=[{"path": "more.txt", "size": 4}]
         ),
-        "job": submit_job(owner, project, name="queued", command="python -c pass"),
+        "job": job_services.submit_job(owner, project, name="queued", command="python -c pass"),
         "finished_job": _finished_job(owner, project),
         "membership": Membership.objects.get(tenant=tenant, user=users["max"]),
         "project_member": ProjectMember.objects.get(project=project, user=users["max"]),
@@ -880,7 +879,7 @@ def test_part_uploads_out_of_bounds_are_refused(world):
     file = upload.files.get()  # 4 bytes: one part
     api = _api(world["owner"])
     url = f"/api/v1/uploads/{upload.pk}/part/"
-    other = dataset_services.start_upload(
+    other = start_upload(
         world["outsider"], world["other_dataset"], files=[{"path": "x", "size": 4}]
     )
     good = b"data"
@@ -1534,7 +1533,7 @@ def running(world):
     Job.objects.filter(pk=world["job"].pk).update(
         state="running", token_hash=Job.hash_token(secret)
     )
-    token = make_token(0, secret)
+    token = job_services.make_token(0, secret)
     return world["job"], {"HTTP_AUTHORIZATION": f"Bearer {token}"}
 
 

@@ -16,12 +16,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from accounts.models import Tenant
-from datasets import services as dataset_services
 from datasets.models import Dataset, DatasetVersion
+from datasets.services.catalog import create_dataset
 from images import services as image_services
 from images.models import RuntimeImage
+from jobs import services as job_services
 from jobs.models import Job
-from jobs.services.submit import submit_job
 from modelhub import services as hub_services
 from modelhub.models import RegisteredModel
 from projects.models import Project
@@ -40,7 +40,7 @@ def rows(owner, outsider, tenant, project, other_tenant, other_project):
     lab_a = {
         Tenant: tenant,
         Project: project,
-        Job: submit_job(owner, project, name="a", command="python -c pass"),
+        Job: job_services.submit_job(owner, project, name="a", command="python -c pass"),
         **hub_objects(tenant, project, owner),
         **dataset_objects(tenant, project, owner),
     }
@@ -48,7 +48,7 @@ def rows(owner, outsider, tenant, project, other_tenant, other_project):
     own = {
         "tenant": other_tenant,
         "project": other_project,
-        "dataset": dataset_services.create_dataset(outsider, other_project, name="Own", slug="own"),
+        "dataset": create_dataset(outsider, other_project, name="Own", slug="own"),
         "model": model,
         "version": hub_services.upload_version(
             outsider, model, [("model.safetensors", SimpleUploadedFile("m", safetensors_bytes()))]

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from datasets import services
+from datasets.services import catalog
 from tests import ceph as ceph_cluster
 from tests.conftest import service_required
 
@@ -76,4 +76,4 @@ def s3_storage(settings, ceph, request):
 
 @pytest.fixture
 def dataset(project, owner):
-    return services.create_dataset(owner, project, name="Digits", slug="digits")
+    return catalog.create_dataset(owner, project, name="Digits", slug="digits")

@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from datasets import services
 from datasets.models import DatasetVersion, UploadSession, UploadState
+from datasets.services import catalog, commits
 from tests.jobs.test_browser import asgi_server, chromium  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -27,7 +27,7 @@ def commit_worker():
             while not stop.is_set():
                 waiting = UploadSession.objects.filter(state=UploadState.COMMITTING)
                 for pk in waiting.values_list("pk", flat=True):
-                    services.finish_commit(pk)
+                    commits.finish_commit(pk)
                 stop.wait(0.2)
         finally:
             connection.close()
@@ -59,7 +59,7 @@ def test_upload_page_sends_two_files_and_commits(
             "OPTIONS": {"location": tmp_path / "data" / "files"},
         },
     }
-    dataset = services.create_dataset(owner, project, name="Pets", slug="pets")
+    dataset = catalog.create_dataset(owner, project, name="Pets", slug="pets")
     client = Client()
     client.force_login(owner)
     session = client.cookies["sessionid"].value

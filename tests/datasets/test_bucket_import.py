@@ -6,8 +6,9 @@ import io
 import pytest
 from django.core.files.storage import default_storage
 
-from datasets import services, storage
+from datasets import storage
 from datasets.models import Blob, BucketImport, UploadState, VersionSource, blob_key
+from datasets.services import bucket_imports
 from projects import services as project_services
 from projects.models import ProjectRole
 
@@ -55,7 +56,7 @@ def test_import_prefix_copies_server_side_and_dedupes(dataset, owner, api_for, s
     body = response.json()
     assert body["state"] == UploadState.OPEN and body["prefix"] == "incoming/set1/"
 
-    imp = services.import_bucket_prefix(body["id"])  # what the worker runs
+    imp = bucket_imports.import_bucket_prefix(body["id"])  # what the worker runs
     assert imp.state == UploadState.COMMITTED, imp.error
     version = imp.version
     assert version.source == VersionSource.BUCKET
@@ -104,13 +105,13 @@ def test_bad_prefixes_and_roles_are_refused(dataset, owner, member, project, api
 @pytest.mark.usefixtures("s3_storage")
 def test_unsafe_or_empty_prefix_fails_cleanly(dataset, owner, settings):
     settings.GANTRY_DATASET_IMPORT_PREFIXES = "incoming/"
-    imp = services.start_bucket_import(owner, dataset, "incoming/empty/")
-    imp = services.import_bucket_prefix(imp.pk)
+    imp = bucket_imports.start_bucket_import(owner, dataset, "incoming/empty/")
+    imp = bucket_imports.import_bucket_prefix(imp.pk)
     assert imp.state == UploadState.FAILED and "No objects" in imp.error
     put("incoming/bad/ok.txt", b"ok")
     put("incoming/bad/a/../../escape.txt", b"x")
-    imp = services.import_bucket_prefix(
-        services.start_bucket_import(owner, dataset, "incoming/bad").pk
+    imp = bucket_imports.import_bucket_prefix(
+        bucket_imports.start_bucket_import(owner, dataset, "incoming/bad").pk
     )
     assert imp.state == UploadState.FAILED, imp.error
     assert "escape.txt" in imp.error

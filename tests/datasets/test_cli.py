@@ -6,15 +6,16 @@ import time
 import pytest
 
 from accounts import services as account_services
-from datasets import cli, services
+from datasets import cli
 from datasets.models import UploadSession, UploadState
+from datasets.services import catalog, commits
 
 
 @pytest.mark.django_db(transaction=True)
 def test_cli_uploads_a_folder_and_links_known_files(
     fs_storage, live_server, owner, project, tmp_path
 ):
-    dataset = services.create_dataset(owner, project, name="Digits", slug="digits")
+    dataset = catalog.create_dataset(owner, project, name="Digits", slug="digits")
     _, token = account_services.create_api_token(actor=owner, name="cli", scope="write")
     folder = tmp_path / "data"
     (folder / "sub").mkdir(parents=True)
@@ -25,7 +26,7 @@ def test_cli_uploads_a_folder_and_links_known_files(
     def worker():  # what django-q does with the commit task
         while not stop.is_set():
             for s in UploadSession.objects.filter(state=UploadState.COMMITTING):
-                services.finish_commit(s.pk)
+                commits.finish_commit(s.pk)
             time.sleep(0.1)
 
     thread = threading.Thread(target=worker, daemon=True)

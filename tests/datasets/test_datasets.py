@@ -12,7 +12,6 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from datasets import services
 from datasets.models import (
     ArchiveImport,
     Blob,
@@ -23,6 +22,7 @@ from datasets.models import (
     UploadSession,
     UploadState,
 )
+from datasets.services import archives, catalog, cleanup, commits, uploads, versions
 from tests.datasets.builders import send_parts, upload_files
 
 pytestmark = pytest.mark.usefixtures("fs_storage")
@@ -79,62 +79,62 @@ def test_identical_content_is_stored_once(owner, dataset, fs_storage):
 
 def test_known_sha256_in_the_tenant_is_linked_without_upload(owner, dataset):
     upload_files(owner, dataset, {"a.txt": b"content"})
-    session = services.start_upload(
+    session = uploads.start_upload(
         owner, dataset, files=[{"path": "renamed.txt", "size": 7, "sha256": sha(b"content")}]
     )
     assert session.files.get().part_count == 0 and session.reserved_bytes == 0
-    services.commit_upload(owner, session)
-    version = services.finish_commit(session.pk).version
+    uploads.commit_upload(owner, session)
+    version = commits.finish_commit(session.pk).version
     assert version.files.get(path="renamed.txt").sha256 == sha(b"content")
 
 
 def test_sha256_from_another_tenant_is_not_linked(owner, dataset, outsider, other_project):
-    theirs = services.create_dataset(outsider, other_project, name="Secret")
+    theirs = catalog.create_dataset(outsider, other_project, name="Secret")
     upload_files(outsider, theirs, {"s.txt": b"secret"})
-    session = services.start_upload(
+    session = uploads.start_upload(
         owner, dataset, files=[{"path": "guess.txt", "size": 6, "sha256": sha(b"secret")}]
     )
     assert session.files.get().part_count == 1  # must upload the bytes like anyone else
 
 
 def test_corrupted_part_is_refused_and_not_kept(owner, dataset, fs_storage):
-    session = services.start_upload(owner, dataset, files=[{"path": "a.bin", "size": 4}])
+    session = uploads.start_upload(owner, dataset, files=[{"path": "a.bin", "size": 4}])
     f = session.files.get()
     with pytest.raises(ValidationError, match="checksum mismatch"):
-        services.receive_part(owner, session, f, 1, io.BytesIO(b"abcX"), sha(b"abcd"))
+        uploads.receive_part(owner, session, f, 1, io.BytesIO(b"abcX"), sha(b"abcd"))
     assert not UploadPart.objects.exists() and staged(fs_storage, session) == []
     with pytest.raises(ValidationError, match="expected 4 bytes"):
-        services.receive_part(owner, session, f, 1, io.BytesIO(b"abcde"), sha(b"abcde"))
+        uploads.receive_part(owner, session, f, 1, io.BytesIO(b"abcde"), sha(b"abcde"))
 
 
 def test_commit_waits_for_every_part_and_the_upload_resumes(owner, dataset):
     data = {"a.bin": os.urandom(5 * MIB + 1), "b.txt": b"b"}
-    session = services.start_upload(
+    session = uploads.start_upload(
         owner, dataset, files=[{"path": p, "size": len(d)} for p, d in data.items()]
     )
     send_parts(owner, session, data, only={("a.bin", 1)})
     with pytest.raises(ValidationError, match="Not everything has arrived"):
-        services.commit_upload(owner, session)
+        uploads.commit_upload(owner, session)
     assert not DatasetVersion.objects.exists()
-    status = services.upload_status(session)
+    status = uploads.upload_status(session)
     assert {f["path"]: f["parts"] for f in status["files"]} == {"a.bin": [1], "b.txt": []}
     # "After a reload": send only what the server lacks.
     send_parts(owner, session, data, only={("a.bin", 2), ("b.txt", 1)})
-    services.commit_upload(owner, session)
-    assert services.finish_commit(session.pk).state == UploadState.COMMITTED
+    uploads.commit_upload(owner, session)
+    assert commits.finish_commit(session.pk).state == UploadState.COMMITTED
 
 
 def test_quota_is_enforced_before_an_upload_starts(owner, dataset, tenant):
     StorageQuota.objects.create(tenant=tenant, bytes=10)
     with pytest.raises(ValidationError, match="left"):
-        services.start_upload(owner, dataset, files=[{"path": "a", "size": 11}])
+        uploads.start_upload(owner, dataset, files=[{"path": "a", "size": 11}])
     assert not UploadSession.objects.exists()
-    ok = services.start_upload(owner, dataset, files=[{"path": "a", "size": 6}])
+    ok = uploads.start_upload(owner, dataset, files=[{"path": "a", "size": 6}])
     # The open upload reserves its bytes: a second one cannot take them too.
     with pytest.raises(ValidationError):
-        services.start_upload(owner, dataset, files=[{"path": "b", "size": 6}])
-    services.abort_upload(owner, ok)
-    services.start_upload(owner, dataset, files=[{"path": "b", "size": 6}])
+        uploads.start_upload(owner, dataset, files=[{"path": "b", "size": 6}])
+    uploads.abort_upload(owner, ok)
+    uploads.start_upload(owner, dataset, files=[{"path": "b", "size": 6}])
 
 
 @pytest.mark.parametrize(
@@ -144,36 +144,36 @@ def test_quota_is_enforced_before_an_upload_starts(owner, dataset, tenant):
 )  # fmt: skip
 def test_unsafe_file_names_are_refused(owner, dataset, path):
     with pytest.raises(ValidationError):
-        services.start_upload(owner, dataset, files=[{"path": path, "size": 1}])
+        uploads.start_upload(owner, dataset, files=[{"path": path, "size": 1}])
     assert not UploadSession.objects.exists()
 
 
 def test_a_path_cannot_be_both_file_and_folder(owner, dataset):
     with pytest.raises(ValidationError, match="both a file and a folder"):
-        services.start_upload(
+        uploads.start_upload(
             owner, dataset, files=[{"path": "a", "size": 1}, {"path": "a/b", "size": 1}]
         )
 
 
 def test_abort_deletes_the_parts(owner, dataset, fs_storage):
     data = {"a.txt": b"abc"}
-    session = services.start_upload(owner, dataset, files=[{"path": "a.txt", "size": 3}])
+    session = uploads.start_upload(owner, dataset, files=[{"path": "a.txt", "size": 3}])
     send_parts(owner, session, data)
     assert staged(fs_storage, session)
-    services.abort_upload(owner, session)
+    uploads.abort_upload(owner, session)
     session.refresh_from_db()
     assert session.state == UploadState.ABORTED and session.reserved_bytes == 0
     assert staged(fs_storage, session) == [] and not UploadPart.objects.exists()
     with pytest.raises(ValidationError):
-        services.commit_upload(owner, session)
+        uploads.commit_upload(owner, session)
 
 
 def test_abandoned_uploads_are_aborted_by_the_cleanup_task(owner, dataset, fs_storage):
     from datasets import tasks
 
-    session = services.start_upload(owner, dataset, files=[{"path": "a.txt", "size": 3}])
+    session = uploads.start_upload(owner, dataset, files=[{"path": "a.txt", "size": 3}])
     send_parts(owner, session, {"a.txt": b"abc"})
-    fresh = services.start_upload(owner, dataset, files=[{"path": "b.txt", "size": 1}])
+    fresh = uploads.start_upload(owner, dataset, files=[{"path": "b.txt", "size": 1}])
     UploadSession.objects.filter(pk=session.pk).update(
         updated_at=timezone.now() - timedelta(days=2)
     )
@@ -186,11 +186,11 @@ def test_abandoned_uploads_are_aborted_by_the_cleanup_task(owner, dataset, fs_st
 
 def test_garbage_collection_deletes_only_unreferenced_blobs(owner, dataset, fs_storage):
     upload_files(owner, dataset, {"a.txt": b"keep"})
-    other = services.create_dataset(owner, dataset.project, name="Gone")
+    other = catalog.create_dataset(owner, dataset.project, name="Gone")
     upload_files(owner, other, {"b.txt": b"drop", "c.txt": b"keep"})
-    services.delete_dataset(owner, other)
+    catalog.delete_dataset(owner, other)
     assert (
-        services.collect_garbage(grace=timedelta(0), now=timezone.now() + timedelta(seconds=1)) == 1
+        cleanup.collect_garbage(grace=timedelta(0), now=timezone.now() + timedelta(seconds=1)) == 1
     )
     assert set(Blob.objects.values_list("sha256", flat=True)) == {sha(b"keep")}
     assert not (fs_storage / "blobs" / sha(b"drop")[:2] / sha(b"drop")).exists()
@@ -198,7 +198,7 @@ def test_garbage_collection_deletes_only_unreferenced_blobs(owner, dataset, fs_s
 
 def test_member_cannot_upload_and_outsider_cannot_see(member, outsider, dataset, api_for):
     with pytest.raises(PermissionDenied):
-        services.start_upload(member, dataset, files=[{"path": "a", "size": 1}])
+        uploads.start_upload(member, dataset, files=[{"path": "a", "size": 1}])
     response = api_for(outsider).post(
         "/api/v1/uploads/",
         {"dataset": dataset.pk, "files": [{"path": "a", "size": 1}]},
@@ -242,7 +242,7 @@ def test_browser_protocol_over_the_api(owner, dataset, client):
         assert ok.status_code == 200, ok.content
     assert client.get(f"/api/v1/uploads/{session['id']}/").json()["files"][0]["parts"] == [1, 2]
     assert client.post(f"/api/v1/uploads/{session['id']}/commit/").status_code == 202
-    version = services.finish_commit(session["id"]).version
+    version = commits.finish_commit(session["id"]).version
     file = version.files.get()
     download = client.get(reverse("datasets:file_download", args=[file.pk]))
     assert b"".join(download.streaming_content) == data
@@ -285,7 +285,7 @@ def test_dataset_list_query_count_does_not_grow(
     owner, project, client, django_assert_max_num_queries
 ):
     for i in range(12):
-        services.create_dataset(owner, project, name=f"D{i}", tags=["x"])
+        catalog.create_dataset(owner, project, name=f"D{i}", tags=["x"])
     client.force_login(owner)
     with django_assert_max_num_queries(12):
         assert client.get(reverse("datasets:dataset_list")).status_code == 200
@@ -326,8 +326,8 @@ def _tar(entries: dict[str, bytes], links=(), mode="w:gz") -> bytes:
 def _import(owner, dataset, name, payload):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    archive = services.start_archive_import(owner, dataset, SimpleUploadedFile(name, payload))
-    return services.extract_archive(archive.pk)
+    archive = archives.start_archive_import(owner, dataset, SimpleUploadedFile(name, payload))
+    return archives.extract_archive(archive.pk)
 
 
 @pytest.mark.parametrize(
@@ -365,12 +365,12 @@ def test_malicious_archives_are_refused_and_nothing_is_committed(
 
     # At upload, while the uploader waits for the answer...
     with pytest.raises(ValidationError) as refused:
-        services.start_archive_import(owner, dataset, SimpleUploadedFile(name, payload))
+        archives.start_archive_import(owner, dataset, SimpleUploadedFile(name, payload))
     assert reason in " ".join(refused.value.messages)
     assert not ArchiveImport.objects.exists()
     assert not [p for p in fs_storage.rglob("*") if p.is_file() and "archives" in p.parts]
     # ...and again by the unpacking task, which trusts nothing it is handed.
-    archive = services.extract_archive(_staged(owner, dataset, name, payload).pk)
+    archive = archives.extract_archive(_staged(owner, dataset, name, payload).pk)
     assert archive.state == UploadState.FAILED
     assert reason in archive.error
     assert not DatasetVersion.objects.exists()
@@ -392,7 +392,7 @@ def test_archive_file_count_limit(owner, dataset, settings):
     payload = _zip({f"f{i}": b"x" for i in range(4)})
     with pytest.raises(ValidationError, match="More than 3 files"):
         _import(owner, dataset, "many.zip", payload)
-    archive = services.extract_archive(_staged(owner, dataset, "many.zip", payload).pk)
+    archive = archives.extract_archive(_staged(owner, dataset, "many.zip", payload).pk)
     assert archive.state == UploadState.FAILED and "More than 3 files" in archive.error
     assert not ArchiveImport.objects.filter(state=UploadState.COMMITTED).exists()
 
@@ -401,14 +401,13 @@ def test_archive_file_count_limit(owner, dataset, settings):
 
 
 def test_jobs_name_dataset_versions_and_read_them_with_their_token(owner, dataset, project, client):
+    from jobs import services as job_services
     from jobs.models import Job
-    from jobs.services.launch import job_spec_for_executor, make_token
-    from jobs.services.submit import submit_job
 
     v1 = upload_files(owner, dataset, {"train/a.txt": b"one"}).version
-    other = services.create_dataset(owner, project, name="Other")
+    other = catalog.create_dataset(owner, project, name="Other")
     not_an_input = upload_files(owner, other, {"z": b"z"}).version.files.get()
-    job = submit_job(
+    job = job_services.submit_job(
         owner,
         project,
         command="python -c pass",
@@ -420,9 +419,9 @@ def test_jobs_name_dataset_versions_and_read_them_with_their_token(owner, datase
     ]
     secret = "s3cret"
     Job.objects.filter(pk=job.pk).update(token_hash=Job.hash_token(secret))
-    token = make_token(0, secret)
+    token = job_services.make_token(0, secret)
     job.refresh_from_db()
-    (entry,) = job_spec_for_executor(job, 0)["inputs"]
+    (entry,) = job_services.job_spec_for_executor(job, 0)["inputs"]
     (f,) = entry["files"]
     assert entry["mount"] == "data/digits" and f["path"] == "train/a.txt"
     assert f["sha256"] == sha(b"one") and f["size"] == 3
@@ -434,24 +433,23 @@ def test_jobs_name_dataset_versions_and_read_them_with_their_token(owner, datase
 
 
 def test_job_inputs_must_be_visible_dataset_versions(owner, project, outsider, other_project):
-    from jobs.services.submit import submit_job
+    from jobs import services as job_services
 
-    theirs = services.create_dataset(outsider, other_project, name="Theirs")
+    theirs = catalog.create_dataset(outsider, other_project, name="Theirs")
     version = upload_files(outsider, theirs, {"a": b"a"}).version
     with pytest.raises(ValidationError, match="No such dataset version"):
-        submit_job(
+        job_services.submit_job(
             owner, project, command="true", inputs=[{"dataset_version": version.pk}]
         )
 
 
 def test_job_outputs_become_a_new_version(owner, dataset, project):
-    from jobs.services.outputs import store_artifact
-    from jobs.services.submit import submit_job
+    from jobs import services as job_services
 
-    job = submit_job(owner, project, command="python -c pass")
+    job = job_services.submit_job(owner, project, command="python -c pass")
     for path, data in (("model.pt", b"weights"), ("metrics.json", b"{}")):
-        store_artifact(job, 0, path, io.BytesIO(data), sha(data))
-    version = services.save_job_outputs(owner, job, dataset)
+        job_services.store_artifact(job, 0, path, io.BytesIO(data), sha(data))
+    version = versions.save_job_outputs(owner, job, dataset)
     assert version.source == "job_output" and version.source_detail == {"job": job.pk}
     assert dict(version.files.values_list("path", "blob_id")) == {
         "model.pt": sha(b"weights"),

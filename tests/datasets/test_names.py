@@ -5,8 +5,8 @@ Windows device names, names of only spaces (core.names)."""
 import pytest
 from django.core.exceptions import ValidationError
 
-from datasets import services
 from datasets.models import UploadSession
+from datasets.services import uploads
 
 pytestmark = pytest.mark.django_db
 
@@ -34,23 +34,23 @@ pytestmark = pytest.mark.django_db
 )
 def test_look_alike_and_reserved_names_are_refused_with_the_reason(owner, dataset, path, says):
     with pytest.raises(ValidationError) as refused:
-        services.start_upload(owner, dataset, files=[{"path": path, "size": 1}])
+        uploads.start_upload(owner, dataset, files=[{"path": path, "size": 1}])
     assert says in str(refused.value), refused.value
     assert not UploadSession.objects.exists()
 
 
 def test_a_name_is_kept_in_nfkc_and_the_message_shows_how_it_was_read(owner, dataset):
-    session = services.start_upload(
+    session = uploads.start_upload(
         owner, dataset, files=[{"path": "ﬁgures/e\u0301te\u0301.csv", "size": 1}]  # ligature, NFD
     )
     assert list(session.files.values_list("path", flat=True)) == ["figures/été.csv"]
     with pytest.raises(ValidationError, match=r"'‥/x' \(read as '\.\./x'\)"):
-        services.start_upload(owner, dataset, files=[{"path": "‥/x", "size": 1}])
+        uploads.start_upload(owner, dataset, files=[{"path": "‥/x", "size": 1}])
 
 
 def test_ordinary_names_with_dots_and_spaces_still_pass(owner, dataset):
     names = ["my data/a b.csv", "v1.2/.hidden", "console.log", "CONFIG", "com10.txt", "a..b"]
-    session = services.start_upload(owner, dataset, files=[{"path": n, "size": 1} for n in names])
+    session = uploads.start_upload(owner, dataset, files=[{"path": n, "size": 1} for n in names])
     assert sorted(session.files.values_list("path", flat=True)) == sorted(names)
 
 

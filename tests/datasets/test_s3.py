@@ -9,8 +9,9 @@ import urllib.request
 
 import pytest
 
-from datasets import services, storage
+from datasets import storage
 from datasets.models import DatasetVersion, UploadState, blob_key
+from datasets.services import archives, cleanup, commits, inputs, uploads
 
 pytestmark = [pytest.mark.services, pytest.mark.usefixtures("s3_storage")]
 MIB = 1024 * 1024
@@ -75,7 +76,7 @@ class PageClient:
     def commit(self, session):
         response = self.api.post(f"/api/v1/uploads/{session['id']}/commit/")
         assert response.status_code == 202, response.content
-        return services.finish_commit(session["id"])  # what the worker runs
+        return commits.finish_commit(session["id"])  # what the worker runs
 
 
 @pytest.fixture
@@ -140,13 +141,13 @@ def test_abort_and_abandoned_cleanup_leave_nothing_in_the_bucket(page, dataset, 
     files = {"a.bin": os.urandom(6 * MIB)}
     first = page.start(dataset, files)
     page.send(first, files, only={("a.bin", 1)})
-    services.abort_upload(owner, UploadSession.objects.get(pk=first["id"]))
+    uploads.abort_upload(owner, UploadSession.objects.get(pk=first["id"]))
     second = page.start(dataset, files)
     page.send(second, files, only={("a.bin", 1)})
     UploadSession.objects.filter(pk=second["id"]).update(
         updated_at=timezone.now() - timedelta(days=3)
     )
-    assert services.cleanup_abandoned_uploads() == 1
+    assert cleanup.cleanup_abandoned_uploads() == 1
     client, bucket = storage.s3_client(), storage.bucket()
     assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
     assert not client.list_objects_v2(Bucket=bucket).get("Contents")
@@ -175,7 +176,7 @@ def test_gateway_going_away_mid_upload_fails_cleanly_and_resumes(page, dataset, 
     page.api.post(f"/api/v1/uploads/{session['id']}/commit/")
     s3_storage.stop_gateway()
     try:
-        result = services.finish_commit(session["id"])
+        result = commits.finish_commit(session["id"])
         assert result.state == UploadState.OPEN and "could not be reached" in result.error
         assert not DatasetVersion.objects.exists()
     finally:
@@ -185,14 +186,14 @@ def test_gateway_going_away_mid_upload_fails_cleanly_and_resumes(page, dataset, 
 
 
 def test_jobs_get_presigned_urls_for_their_inputs(page, dataset, owner, project):
-    from jobs.services.submit import submit_job
+    from jobs import services as job_services
 
     files = {"x.txt": b"payload"}
     session = page.start(dataset, files)
     page.send(session, files)
     page.commit(session)
-    job = submit_job(owner, project, command="true", inputs=[{"dataset": "digits"}])
-    (entry,) = services.inputs_for_executor(job, file_url=str)
+    job = job_services.submit_job(owner, project, command="true", inputs=[{"dataset": "digits"}])
+    (entry,) = inputs.inputs_for_executor(job, file_url=str)
     (f,) = entry["files"]
     assert f["url"].startswith(storage.s3_client().meta.endpoint_url)
     assert http("GET", f["url"])[2] == b"payload"
@@ -208,10 +209,10 @@ def test_archive_and_zip_download_on_s3(dataset, owner, client):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         zf.writestr("a/b.txt", b"bee")
-    archive = services.start_archive_import(
+    archive = archives.start_archive_import(
         owner, dataset, SimpleUploadedFile("x.zip", buf.getvalue())
     )
-    archive = services.extract_archive(archive.pk)
+    archive = archives.extract_archive(archive.pk)
     assert archive.state == UploadState.COMMITTED, archive.error
     client.force_login(owner)
     response = client.get(reverse("datasets:version_download", args=[archive.version.pk]))

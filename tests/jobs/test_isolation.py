@@ -23,13 +23,11 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
-from jobs import proxy
+from jobs import proxy, services
 from jobs.backends import sandbox
 from jobs.backends.local import process_start_time
 from jobs.models import Artifact, JobWorker
 from jobs.queries import log_lines
-from jobs.services.lifecycle import cancel_job
-from jobs.services.submit import submit_job
 from tests.conftest import service_required
 from tests.jobs.conftest import wait_for, wait_until
 from tests.jobs.notebooks import lab_get
@@ -153,7 +151,7 @@ def test_a_sandboxed_job_runs_as_its_own_user_in_its_own_namespaces(
 ):
     waiter = tmp_path / "wait.py"
     waiter.write_text("import os, time\nopen('ready', 'w').close()\ntime.sleep(600)\n")
-    job = submit_job(owner, project, name="w", command=f"python {waiter}")
+    job = services.submit_job(owner, project, name="w", command=f"python {waiter}")
     wait_for(job, "running")
     wait_until(lambda: in_workdir(job, "ready"), what="the job to start")
     worker = worker_of(job)
@@ -189,7 +187,7 @@ def test_a_sandboxed_job_runs_as_its_own_user_in_its_own_namespaces(
     workdir = Path(worker.workdir)
     assert workdir.stat().st_uid == uid
     assert (workdir / ".gantry").stat().st_uid == 0
-    cancel_job(owner, job)
+    services.cancel_job(owner, job)
     wait_for(job, "cancelled")
 
 
@@ -230,8 +228,8 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
     marker = "tenant A weights " + secrets.token_hex(8)
     victim_py = tmp_path / "victim.py"
     victim_py.write_text(VICTIM.format(marker=marker))
-    victim = submit_job(owner, project, name="victim", command=f"python {victim_py}")
-    notebook = submit_job(owner, project, kind="notebook", name="lab")
+    victim = services.submit_job(owner, project, name="victim", command=f"python {victim_py}")
+    notebook = services.submit_job(owner, project, kind="notebook", name="lab")
     wait_for(victim, "running")
     wait_for(notebook, "running")
     wait_until(lambda: in_workdir(victim, "ready"), what="tenant A's job")
@@ -317,7 +315,7 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
         adversary = tmp_path / "adversary.py"
         adversary.write_text(textwrap.dedent(ADVERSARY))
 
-        attack = submit_job(
+        attack = services.submit_job(
             outsider,
             other_project,
             name="adversary",
@@ -370,8 +368,8 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
         qworker.wait()
         loopback.close()
         anywhere.close()
-    cancel_job(owner, victim)
-    cancel_job(owner, notebook)
+    services.cancel_job(owner, victim)
+    services.cancel_job(owner, notebook)
     wait_for(victim, "cancelled")
     wait_for(notebook, "cancelled")
 
@@ -419,10 +417,10 @@ def test_without_a_sandbox_a_second_tenants_job_is_refused_with_the_reason(
 
     from jobs.models import Job
 
-    first = submit_job(owner, project, name="a", command="python -c pass")
+    first = services.submit_job(owner, project, name="a", command="python -c pass")
     assert first.state == "queued"  # one tenant: allowed
     with pytest.raises(ValidationError) as refused:
-        submit_job(outsider, other_project, name="b", command="python -c pass")
+        services.submit_job(outsider, other_project, name="b", command="python -c pass")
     message = " ".join(refused.value.messages)
     assert "run without isolation" in message
     assert "the sandbox is turned off (GANTRY_SANDBOX=off)" in message
@@ -431,14 +429,14 @@ def test_without_a_sandbox_a_second_tenants_job_is_refused_with_the_reason(
     assert not Job.objects.filter(project=other_project).exists()
 
     unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = True
-    accepted = submit_job(outsider, other_project, name="b", command="python -c pass")
+    accepted = services.submit_job(outsider, other_project, name="b", command="python -c pass")
     assert accepted.state == "queued"
 
 
 def test_without_a_sandbox_the_api_answers_400_with_the_reason(
     unisolated, api_for, owner, project, outsider, other_project
 ):
-    submit_job(owner, project, name="a", command="python -c pass")
+    services.submit_job(owner, project, name="a", command="python -c pass")
     response = api_for(outsider).post(
         "/api/v1/jobs/", {"project": other_project.pk, "command": "python x.py"}, format="json"
     )
@@ -451,8 +449,8 @@ def test_without_a_sandbox_launch_refuses_a_queued_job_of_a_second_tenant(
 ):
     """A job queued while the sandbox worked, launched after it stopped working."""
     unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = True
-    submit_job(owner, project, name="a", command="python -c pass")
-    late = submit_job(outsider, other_project, name="b", command="python -c pass")
+    services.submit_job(owner, project, name="a", command="python -c pass")
+    late = services.submit_job(outsider, other_project, name="b", command="python -c pass")
     unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = False
     from scheduling import tasks
 
@@ -522,10 +520,10 @@ def test_a_workers_sandbox_shows_its_runtime_but_never_gantrys_data(settings, tm
 def test_a_sandboxed_job_reads_its_dataset_input_but_cannot_change_the_cached_blob(
     sandboxed, running_jobs, owner, project, tmp_path
 ):
-    from datasets import services as datasets
+    from datasets.services.catalog import create_dataset
     from tests.datasets.builders import upload_files
 
-    dataset = datasets.create_dataset(owner, project, name="Digits", slug="digits")
+    dataset = create_dataset(owner, project, name="Digits", slug="digits")
     upload_files(owner, dataset, {"train/a.txt": b"one"})
     reader = tmp_path / "reader.py"
     reader.write_text(
@@ -542,7 +540,7 @@ def test_a_sandboxed_job_reads_its_dataset_input_but_cannot_change_the_cached_bl
             """
         )
     )
-    job = submit_job(
+    job = services.submit_job(
         owner, project, name="r", command=f"python {reader}", inputs=[{"dataset": "digits"}]
     )
     wait_for(job, "succeeded", "failed")
@@ -678,7 +676,7 @@ def test_the_workers_of_one_job_share_a_loopback_no_one_else_has(
 ):
     script = tmp_path / "rendezvous.py"
     script.write_text(RENDEZVOUS)
-    job = submit_job(
+    job = services.submit_job(
         owner, project, kind="distributed", workers=2, name="gang", command=f"python {script}"
     )
     wait_for(job, "succeeded", "failed")

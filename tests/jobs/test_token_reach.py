@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from accounts import services as account_services
-from datasets import services as dataset_services
+from datasets.services.catalog import create_dataset
 from jobs.models import Job
 from projects import services as project_services
 from tests.datasets.builders import upload_files
@@ -19,7 +19,7 @@ def versions(owner, tenant, project):
     audio = project_services.create_project(actor=owner, tenant=tenant, name="Audio", slug="audio")
     found = {}
     for where in (project, audio):
-        dataset = dataset_services.create_dataset(owner, where, name="Clips", slug="clips")
+        dataset = create_dataset(owner, where, name="Clips", slug="clips")
         found[where.slug] = upload_files(owner, dataset, {"a.csv": b"1\n"}).version
     return found
 
@@ -71,10 +71,10 @@ def test_a_prediction_submitted_with_a_project_token_follows_the_same_rule(owner
 def test_a_project_token_cannot_rerun_a_job_that_mounts_another_projects_dataset(
     owner, project, versions, api_for
 ):
-    from jobs.services.lifecycle import cancel_job
+    from jobs import services as job_services
 
     submitted = submit(api_for(owner), project, versions["audio"]).json()  # signed in: allowed
-    cancel_job(owner, Job.objects.get(pk=submitted["id"]))  # a finished job reruns
+    job_services.cancel_job(owner, Job.objects.get(pk=submitted["id"]))  # a finished job reruns
     _, key = account_services.create_api_token(actor=owner, name="ci", scope="write", project=project)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
