@@ -46,8 +46,10 @@ from accounts.models import Membership
 from datasets.models import ArchiveImport, DatasetVersion
 from datasets.services.catalog import create_dataset
 from datasets.services.uploads import start_upload
-from jobs import services as job_services
 from jobs.models import Job
+from jobs.services.launch import make_token
+from jobs.services.outputs import store_artifact
+from jobs.services.submit import submit_job
 from projects import services as project_services
 from projects.models import ProjectMember
 from tests.datasets.builders import upload_files
@@ -75,9 +77,9 @@ WRITE_METHODS = ("post", "put", "patch")
 
 def _finished_job(owner, project):
     """A succeeded job with two output files, as if its executor had reported them."""
-    job = job_services.submit_job(owner, project, name="trained", command="python train.py")
+    job = submit_job(owner, project, name="trained", command="python train.py")
     for path, data in {"model.safetensors": safetensors_bytes(), "meta.json": b"{}"}.items():
-        job_services.store_artifact(
+        store_artifact(
             job, 0, path, io.BytesIO(data), hashlib.sha256(data).hexdigest()
         )
     Job.objects.filter(pk=job.pk).update(state="succeeded")
@@ -134,7 +136,7 @@ def _build_world() -> dict:
         "upload": start_upload(
             owner, dataset, files=[{"path": "more.txt", "size": 4}]
         ),
-        "job": job_services.submit_job(owner, project, name="queued", command="python -c pass"),
+        "job": submit_job(owner, project, name="queued", command="python -c pass"),
         "finished_job": _finished_job(owner, project),
         "membership": Membership.objects.get(tenant=tenant, user=users["max"]),
         "project_member": ProjectMember.objects.get(project=project, user=users["max"]),
@@ -1533,7 +1535,7 @@ def running(world):
     Job.objects.filter(pk=world["job"].pk).update(
         state="running", token_hash=Job.hash_token(secret)
     )
-    token = job_services.make_token(0, secret)
+    token = make_token(0, secret)
     return world["job"], {"HTTP_AUTHORIZATION": f"Bearer {token}"}
 
 

@@ -20,8 +20,8 @@ from datasets.models import Dataset, DatasetVersion
 from datasets.services.catalog import create_dataset
 from images import services as image_services
 from images.models import RuntimeImage
-from jobs import services as job_services
 from jobs.models import Job
+from jobs.services.submit import submit_job
 from modelhub import services as hub_services
 from modelhub.models import RegisteredModel
 from projects.models import Project
@@ -40,7 +40,7 @@ def rows(owner, outsider, tenant, project, other_tenant, other_project):
     lab_a = {
         Tenant: tenant,
         Project: project,
-        Job: job_services.submit_job(owner, project, name="a", command="python -c pass"),
+        Job: submit_job(owner, project, name="a", command="python -c pass"),
         **hub_objects(tenant, project, owner),
         **dataset_objects(tenant, project, owner),
     }

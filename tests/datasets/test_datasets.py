@@ -401,13 +401,14 @@ def test_archive_file_count_limit(owner, dataset, settings):
 
 
 def test_jobs_name_dataset_versions_and_read_them_with_their_token(owner, dataset, project, client):
-    from jobs import services as job_services
     from jobs.models import Job
+    from jobs.services.launch import job_spec_for_executor, make_token
+    from jobs.services.submit import submit_job
 
     v1 = upload_files(owner, dataset, {"train/a.txt": b"one"}).version
     other = catalog.create_dataset(owner, project, name="Other")
     not_an_input = upload_files(owner, other, {"z": b"z"}).version.files.get()
-    job = job_services.submit_job(
+    job = submit_job(
         owner,
         project,
         command="python -c pass",
@@ -419,9 +420,9 @@ def test_jobs_name_dataset_versions_and_read_them_with_their_token(owner, datase
     ]
     secret = "s3cret"
     Job.objects.filter(pk=job.pk).update(token_hash=Job.hash_token(secret))
-    token = job_services.make_token(0, secret)
+    token = make_token(0, secret)
     job.refresh_from_db()
-    (entry,) = job_services.job_spec_for_executor(job, 0)["inputs"]
+    (entry,) = job_spec_for_executor(job, 0)["inputs"]
     (f,) = entry["files"]
     assert entry["mount"] == "data/digits" and f["path"] == "train/a.txt"
     assert f["sha256"] == sha(b"one") and f["size"] == 3
@@ -433,22 +434,23 @@ def test_jobs_name_dataset_versions_and_read_them_with_their_token(owner, datase
 
 
 def test_job_inputs_must_be_visible_dataset_versions(owner, project, outsider, other_project):
-    from jobs import services as job_services
+    from jobs.services.submit import submit_job
 
     theirs = catalog.create_dataset(outsider, other_project, name="Theirs")
     version = upload_files(outsider, theirs, {"a": b"a"}).version
     with pytest.raises(ValidationError, match="No such dataset version"):
-        job_services.submit_job(
+        submit_job(
             owner, project, command="true", inputs=[{"dataset_version": version.pk}]
         )
 
 
 def test_job_outputs_become_a_new_version(owner, dataset, project):
-    from jobs import services as job_services
+    from jobs.services.outputs import store_artifact
+    from jobs.services.submit import submit_job
 
-    job = job_services.submit_job(owner, project, command="python -c pass")
+    job = submit_job(owner, project, command="python -c pass")
     for path, data in (("model.pt", b"weights"), ("metrics.json", b"{}")):
-        job_services.store_artifact(job, 0, path, io.BytesIO(data), sha(data))
+        store_artifact(job, 0, path, io.BytesIO(data), sha(data))
     version = versions.save_job_outputs(owner, job, dataset)
     assert version.source == "job_output" and version.source_detail == {"job": job.pk}
     assert dict(version.files.values_list("path", "blob_id")) == {

@@ -186,13 +186,13 @@ def test_gateway_going_away_mid_upload_fails_cleanly_and_resumes(page, dataset, 
 
 
 def test_jobs_get_presigned_urls_for_their_inputs(page, dataset, owner, project):
-    from jobs import services as job_services
+    from jobs.services.submit import submit_job
 
     files = {"x.txt": b"payload"}
     session = page.start(dataset, files)
     page.send(session, files)
     page.commit(session)
-    job = job_services.submit_job(owner, project, command="true", inputs=[{"dataset": "digits"}])
+    job = submit_job(owner, project, command="true", inputs=[{"dataset": "digits"}])
     (entry,) = inputs.inputs_for_executor(job, file_url=str)
     (f,) = entry["files"]
     assert f["url"].startswith(storage.s3_client().meta.endpoint_url)

@@ -23,11 +23,13 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
-from jobs import proxy, services
+from jobs import proxy
 from jobs.backends import sandbox
 from jobs.backends.local import process_start_time
 from jobs.models import Artifact, JobWorker
 from jobs.queries import log_lines
+from jobs.services.lifecycle import cancel_job
+from jobs.services.submit import submit_job
 from tests.conftest import service_required
 from tests.jobs.conftest import wait_for, wait_until
 from tests.jobs.notebooks import lab_get
@@ -151,7 +153,7 @@ def test_a_sandboxed_job_runs_as_its_own_user_in_its_own_namespaces(
 ):
     waiter = tmp_path / "wait.py"
     waiter.write_text("import os, time\nopen('ready', 'w').close()\ntime.sleep(600)\n")
-    job = services.submit_job(owner, project, name="w", command=f"python {waiter}")
+    job = submit_job(owner, project, name="w", command=f"python {waiter}")
     wait_for(job, "running")
     wait_until(lambda: in_workdir(job, "ready"), what="the job to start")
     worker = worker_of(job)
@@ -187,7 +189,7 @@ def test_a_sandboxed_job_runs_as_its_own_user_in_its_own_namespaces(
     workdir = Path(worker.workdir)
     assert workdir.stat().st_uid == uid
     assert (workdir / ".gantry").stat().st_uid == 0
-    services.cancel_job(owner, job)
+    cancel_job(owner, job)
     wait_for(job, "cancelled")
 
 
@@ -228,8 +230,8 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
     marker = "tenant A weights " + secrets.token_hex(8)
     victim_py = tmp_path / "victim.py"
     victim_py.write_text(VICTIM.format(marker=marker))
-    victim = services.submit_job(owner, project, name="victim", command=f"python {victim_py}")
-    notebook = services.submit_job(owner, project, kind="notebook", name="lab")
+    victim = submit_job(owner, project, name="victim", command=f"python {victim_py}")
+    notebook = submit_job(owner, project, kind="notebook", name="lab")
     wait_for(victim, "running")
     wait_for(notebook, "running")
     wait_until(lambda: in_workdir(victim, "ready"), what="tenant A's job")
@@ -315,7 +317,7 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
         adversary = tmp_path / "adversary.py"
         adversary.write_text(textwrap.dedent(ADVERSARY))
 
-        attack = services.submit_job(
+        attack = submit_job(
             outsider,
             other_project,
             name="adversary",
@@ -368,8 +370,8 @@ def test_a_job_of_another_tenant_reaches_nothing_of_tenant_a_or_gantry(
         qworker.wait()
         loopback.close()
         anywhere.close()
-    services.cancel_job(owner, victim)
-    services.cancel_job(owner, notebook)
+    cancel_job(owner, victim)
+    cancel_job(owner, notebook)
     wait_for(victim, "cancelled")
     wait_for(notebook, "cancelled")
 
@@ -417,10 +419,10 @@ def test_without_a_sandbox_a_second_tenants_job_is_refused_with_the_reason(
 
     from jobs.models import Job
 
-    first = services.submit_job(owner, project, name="a", command="python -c pass")
+    first = submit_job(owner, project, name="a", command="python -c pass")
     assert first.state == "queued"  # one tenant: allowed
     with pytest.raises(ValidationError) as refused:
-        services.submit_job(outsider, other_project, name="b", command="python -c pass")
+        submit_job(outsider, other_project, name="b", command="python -c pass")
     message = " ".join(refused.value.messages)
     assert "run without isolation" in message
     assert "the sandbox is turned off (GANTRY_SANDBOX=off)" in message
@@ -429,14 +431,14 @@ def test_without_a_sandbox_a_second_tenants_job_is_refused_with_the_reason(
     assert not Job.objects.filter(project=other_project).exists()
 
     unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = True
-    accepted = services.submit_job(outsider, other_project, name="b", command="python -c pass")
+    accepted = submit_job(outsider, other_project, name="b", command="python -c pass")
     assert accepted.state == "queued"
 
 
 def test_without_a_sandbox_the_api_answers_400_with_the_reason(
     unisolated, api_for, owner, project, outsider, other_project
 ):
-    services.submit_job(owner, project, name="a", command="python -c pass")
+    submit_job(owner, project, name="a", command="python -c pass")
     response = api_for(outsider).post(
         "/api/v1/jobs/", {"project": other_project.pk, "command": "python x.py"}, format="json"
     )
@@ -449,8 +451,8 @@ def test_without_a_sandbox_launch_refuses_a_queued_job_of_a_second_tenant(
 ):
     """A job queued while the sandbox worked, launched after it stopped working."""
     unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = True
-    services.submit_job(owner, project, name="a", command="python -c pass")
-    late = services.submit_job(outsider, other_project, name="b", command="python -c pass")
+    submit_job(owner, project, name="a", command="python -c pass")
+    late = submit_job(outsider, other_project, name="b", command="python -c pass")
     unisolated.GANTRY_ALLOW_UNISOLATED_JOBS = False
     from scheduling import tasks
 
@@ -540,7 +542,7 @@ def test_a_sandboxed_job_reads_its_dataset_input_but_cannot_change_the_cached_bl
             """
         )
     )
-    job = services.submit_job(
+    job = submit_job(
         owner, project, name="r", command=f"python {reader}", inputs=[{"dataset": "digits"}]
     )
     wait_for(job, "succeeded", "failed")
@@ -676,7 +678,7 @@ def test_the_workers_of_one_job_share_a_loopback_no_one_else_has(
 ):
     script = tmp_path / "rendezvous.py"
     script.write_text(RENDEZVOUS)
-    job = services.submit_job(
+    job = submit_job(
         owner, project, kind="distributed", workers=2, name="gang", command=f"python {script}"
     )
     wait_for(job, "succeeded", "failed")

@@ -71,10 +71,10 @@ def test_a_prediction_submitted_with_a_project_token_follows_the_same_rule(owner
 def test_a_project_token_cannot_rerun_a_job_that_mounts_another_projects_dataset(
     owner, project, versions, api_for
 ):
-    from jobs import services as job_services
+    from jobs.services.lifecycle import cancel_job
 
     submitted = submit(api_for(owner), project, versions["audio"]).json()  # signed in: allowed
-    job_services.cancel_job(owner, Job.objects.get(pk=submitted["id"]))  # a finished job reruns
+    cancel_job(owner, Job.objects.get(pk=submitted["id"]))  # a finished job reruns
     _, key = account_services.create_api_token(actor=owner, name="ci", scope="write", project=project)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
