@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from jobs.backends import get_backend
 from jobs.models import Job
 from jobs.services.launch import launch_job
 from jobs.services.lifecycle import reconcile_job
@@ -61,9 +62,15 @@ def kick() -> None:
 def launch_admitted() -> int:
     """Start every admitted job's executors (scheduling's pass runs this after admitting)."""
     launched = 0
+    backends = set()
     for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):
         if launch_job(job):
             launched += 1
+            backends.add(job.backend)
+    for name in backends:  # a backend that creates concurrently reports its outcomes
+        finish = getattr(get_backend(name), "finish_launches", None)
+        if finish is not None:
+            finish()
     return launched
 
 

@@ -124,6 +124,9 @@ class KubeCluster:
         self.kubeconfig = self.dir / "kubeconfig"
         self.started_seconds: float | None = None
         self.extra_apiserver_args: list[str] = []  # e.g. an audit log (bench/k8s_scale.py)
+        # e.g. kwokctl's --disable-qps-limits for the scale benchmark (flags are appended)
+        self.extra_controller_manager_args: list[str] = []
+        self.extra_scheduler_args: list[str] = []
 
     # -- paths and addresses ---------------------------------------------------------
     @property
@@ -304,6 +307,7 @@ class KubeCluster:
             "--controllers=*",
             # Quota usage is recomputed quickly, so a freed quota admits the next pod soon.
             "--resource-quota-sync-period=5s",
+            *self.extra_controller_manager_args,
         )
         self._spawn(
             "scheduler",
@@ -314,6 +318,7 @@ class KubeCluster:
             "--bind-address=127.0.0.1",
             f"--secure-port={self.ports['scheduler']}",
             "--leader-elect=false",
+            *self.extra_scheduler_args,
         )
         for name in ("controller-manager", "scheduler"):
             url = f"https://127.0.0.1:{self.ports[name]}/healthz"

@@ -198,11 +198,9 @@ def vouch(job, rank: int, now: datetime) -> None:
     """The cluster is still scheduling or pulling for this worker: its executor has not
     started, so it cannot heartbeat, but nothing is lost (reconcile's heartbeat timeout
     is for executors, and an image pull can take minutes)."""
-    from jobs.models import JobWorker
+    from jobs.services.cluster_reports import keep_alive
 
-    JobWorker.objects.filter(job=job, rank=rank, state__in=("pending", "starting")).update(
-        last_heartbeat_at=now
-    )
+    keep_alive(job, rank, now)
 
 
 def note_reason(job, reason: str) -> None:
@@ -215,16 +213,12 @@ def note_reason(job, reason: str) -> None:
 def report_ended(job, rank: int, verdict: PodVerdict) -> None:
     """Tell the services a worker ended, as its executor would have (a repeated report,
     after the executor's own, changes nothing)."""
-    from jobs.models import JobWorker
+    from jobs.services.cluster_reports import record_worker_lost
     from jobs.services.ingestion import record_worker_status
-    from jobs.services.lifecycle import WORKER_DONE, settle_job
 
     who = f"worker {rank}: " if job.workers > 1 else ""
     if verdict.status == "lost":
-        JobWorker.objects.filter(job=job, rank=rank).exclude(state__in=WORKER_DONE).update(
-            state="lost", reason=verdict.reason[:500]
-        )
-        settle_job(job)
+        record_worker_lost(job, rank, verdict.reason)
         return
     logger.info("job %s %s%s", job.pk, who, verdict.reason)
     record_worker_status(
@@ -387,74 +381,24 @@ def _gantry_job(labels: dict):
     return job, attempt
 
 
-def _free_ids(kind: str, node: str, count: int, job, size: int) -> list[int]:
-    """`count` GPU indices or CPU slots on `node` that no other admitted or launched job
-    holds there (planned or recorded), from 0..size-1; where the cluster's scheduler has
-    filled the node beyond Gantry's plan, ids of this job's own, outside every node's
-    range (negative), so they never stand in another launch's way."""
-    from jobs.models import Job
-    from jobs.states import LAUNCHED, JobState
-
-    held: set[int] = set()
-    others = (
-        Job.objects.filter(state__in=(*LAUNCHED, JobState.ADMITTED), backend=job.backend)
-        .exclude(pk=job.pk)
-        .values_list("placement", flat=True)
-    )
-    for placement in others:
-        hosts = placement.get("hosts") or {}
-        for rank, ids in (placement.get(kind) or {}).items():
-            if hosts.get(rank) == node:
-                held.update(ids)
-    free = [i for i in range(size) if i not in held]
-    if len(free) >= count:
-        return free[:count]
-    return [-(job.pk * 1000 + k + 1) for k in range(count)]
-
-
 def _record_node(job, pod, backend=None) -> None:
-    """Where a worker really runs. Admission planned `placement["hosts"]` (rank -> node)
-    and `placement["nodes"]` (node -> workers); on Kubernetes the cluster's scheduler has
-    the last word, so the plan is corrected to what it did: admission's accounting and
-    the cluster page then show the truth.
-
-    A moved rank's GPU indices and CPU slots move with it: on its new node it gets ids
-    free there. Kept as planned, they would collide with those of jobs admitted onto
-    that node, whose launch then waited for this job to end ("starts when job #… has
-    freed its devices"): the scale benchmark's main delay. On Kubernetes they are
-    counters, not devices (the device plugin picks the GPUs)."""
-    from collections import Counter
-
-    from django.db import transaction
-
-    from jobs.models import Job
+    """Where a worker really runs: the cluster's scheduler has the last word over
+    admission's plan (`services.cluster_reports.record_worker_node` corrects it, moving
+    the rank's GPU and CPU counters to ids free on its real node)."""
+    from jobs.services.cluster_reports import record_worker_node
 
     node = pod.spec.node_name if pod.spec else None
     if not node:
         return
-    rank = str(pod_rank(pod))
-    if (job.placement.get("hosts") or {}).get(rank) == node:
+    rank = pod_rank(pod)
+    if (job.placement.get("hosts") or {}).get(str(rank)) == node:
         return
     sizes = {"gpus": 0, "cpus": 0}
     if backend is not None:
         for known in backend.nodes():
             if known.name == node:
                 sizes = {"gpus": int(known.gpus), "cpus": int(known.cpus)}
-    with transaction.atomic():
-        row = Job.objects.select_for_update().filter(pk=job.pk, attempt=job.attempt).first()
-        if row is None:
-            return
-        placement = dict(row.placement)
-        hosts = {**(placement.get("hosts") or {}), rank: node}
-        placement["hosts"] = hosts
-        placement["nodes"] = dict(Counter(hosts.values()))
-        for kind in ("gpus", "cpus"):
-            ids = (placement.get(kind) or {}).get(rank)
-            if ids:
-                moved = _free_ids(kind, node, len(ids), row, sizes[kind])
-                placement[kind] = {**placement[kind], rank: moved}
-        Job.objects.filter(pk=job.pk).update(placement=placement)
-        job.placement = placement
+    record_worker_node(job, rank, node, sizes)
 
 
 def on_pod_event(backend, ref, event_type: str, pod) -> str:

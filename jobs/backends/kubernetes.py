@@ -7,8 +7,9 @@ image that cannot be pulled, no node for the request, OOMKilled, a pod deleted o
 evicted) is reported to `jobs.services` by `jobs.backends.k8s_watch` — fast from the
 watches of `manage.py k8s_watch`, and at the latest from `probe()` in the reconcile task.
 
-Clusters come from `cluster.KubernetesCluster` rows (the default one runs new jobs); with
-none registered, from $KUBECONFIG or the in-cluster service account.
+Clusters come from the rows of settings.GANTRY_K8S_CLUSTER_MODEL (`cluster.KubernetesCluster`:
+jobs never imports cluster; the default one runs new jobs); with none registered, from
+$KUBECONFIG or the in-cluster service account.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import secrets
 import shlex
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import yaml
@@ -37,6 +39,12 @@ CAPACITY_CACHE_SECONDS = 30
 # while unchanged (a burst of launches would otherwise send 5-6 writes each; the
 # scale benchmark found them the launch's main cost); a failed launch applies at once.
 TENANT_APPLY_SECONDS = 60
+# Launches handed to the pool and not yet created, per launch thread, before `launch()`
+# waits for room (a burst of thousands must not hold thousands of manifests).
+LAUNCH_BACKLOG_PER_THREAD = 8
+# A starting attempt whose objects are neither there nor known to be created yet (another
+# process's pool may still be creating them) is given this long before it counts as lost.
+LAUNCH_DEADLINE_SECONDS = 300
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -64,9 +72,10 @@ class ClusterRef:
 
 def registered_clusters() -> list[ClusterRef]:
     """Every registered cluster, the default first; the environment's when none is."""
-    from cluster.models import KubernetesCluster
+    from django.apps import apps
 
-    rows = [ClusterRef.from_model(c) for c in KubernetesCluster.objects.all()]
+    model = apps.get_model(settings.GANTRY_K8S_CLUSTER_MODEL)
+    rows = [ClusterRef.from_model(c) for c in model.objects.all()]
     if rows:
         return rows
     return [ClusterRef("default", in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")))]
@@ -239,6 +248,9 @@ def quota_spec(tenant) -> m.QuotaSpec | None:
 class KubernetesBackend(Backend):
     name = "kubernetes"
     where = "on the Kubernetes cluster"
+    # GPU indices in a placement are counters: the device plugin picks the devices, so a
+    # launch never waits for another job to free "its" GPUs (the scheduler waits for room).
+    assigns_devices = False
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -249,6 +261,13 @@ class KubernetesBackend(Backend):
         # (cluster, namespace) -> (the tenant manifests last applied, when): a launch
         # re-applies them only when they changed or TENANT_APPLY_SECONDS passed.
         self._tenants: dict[tuple[str, str], tuple[str, float]] = {}
+        # The launch pool: API creates of admitted attempts, reported by finish_launches.
+        self._pool: ThreadPoolExecutor | None = None
+        self._local = threading.local()
+        self._inflight: dict[tuple[int, int], tuple] = {}
+        self._slots = threading.BoundedSemaphore(
+            max(1, settings.GANTRY_K8S_LAUNCH_CONCURRENCY) * LAUNCH_BACKLOG_PER_THREAD
+        )
 
     # -- clusters --------------------------------------------------------------------
     def default_cluster(self) -> ClusterRef:
@@ -463,9 +482,14 @@ class KubernetesBackend(Backend):
             time.sleep(0.1)
 
     def launch(self, job, token_for_rank) -> None:
-        from jobs.models import Job, JobWorker
-        from jobs.states import JobState
+        """Write down where the attempt goes, then hand its API creates to the launch pool
+        and return: a burst of admitted jobs is created GANTRY_K8S_LAUNCH_CONCURRENCY at
+        a time (one at a time, the scale benchmark's 10 launches/s made the last of
+        1,000 jobs wait 112 s). `finish_launches()` waits for them and reports failures;
+        what fails before the hand-over (no cluster, no tenant namespace) raises here."""
+        from jobs.services.cluster_reports import record_attempt_target
 
+        self.finish_launches(wait=False)
         ref = self.default_cluster()
         try:
             conn = self.connection(ref)
@@ -474,39 +498,142 @@ class KubernetesBackend(Backend):
             namespace = self.ensure_tenant(conn, job.project.tenant)
             tokens = {rank: token_for_rank(rank) for rank in range(job.workers)}
             name = m.object_name(spec)
-            workers = list(JobWorker.objects.filter(job=job).order_by("rank"))
-            for worker in workers:
-                worker.workdir = f"k8s://{ref.name}/{namespace}/{name}"
-                if job.kind == "notebook":
-                    worker.host = f"{name}.{namespace}.svc"
-                    worker.port = cfg.notebook_port
-                    worker.notebook_token = secrets.token_urlsafe(24)
-                worker.save(update_fields=["workdir", "host", "port", "notebook_token"])
-            placement = {
-                **job.placement,
-                "cluster": ref.name,
-                "namespace": namespace,
-                "object": name,
-            }
-            Job.objects.filter(pk=job.pk, state=JobState.STARTING, attempt=job.attempt).update(
-                placement=placement
+            workers = {}
+            if job.kind == "notebook":
+                workers = {
+                    rank: {
+                        "host": f"{name}.{namespace}.svc",
+                        "port": cfg.notebook_port,
+                        "notebook_token": secrets.token_urlsafe(24),
+                    }
+                    for rank in range(job.workers)
+                }
+            record_attempt_target(
+                job, {"cluster": ref.name, "namespace": namespace, "object": name}, workers
             )
-            job.placement = placement
             manifests = m.job_manifests(spec, cfg, tokens)
-            created = [self._create(conn, manifest) for manifest in manifests]
-            workload, owner = manifests[-1], created[-1]
-            owner_ref = m.owner_reference(
-                workload["kind"], workload["apiVersion"], name, owner.metadata.uid
-            )
-            for manifest in manifests[:-1]:
-                self._adopt(conn, manifest, owner_ref)
         except Exception as exc:
             self._tenants.clear()  # perhaps the namespace went: set it up again next time
             raise ClusterError(describe_error(exc, ref.name)) from exc
+        self._slots.acquire()  # at most so many attempts waiting for the pool
+        key = (job.pk, job.attempt)
+        try:
+            future = self._launch_pool().submit(self._create_attempt, ref, manifests)
+        except BaseException:
+            self._slots.release()
+            raise
+        with self._lock:
+            self._inflight[key] = (job, ref, namespace, name, future)
+
+    def _launch_pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=max(1, settings.GANTRY_K8S_LAUNCH_CONCURRENCY),
+                    thread_name_prefix="k8s-launch",
+                )
+            return self._pool
+
+    def _thread_connection(self, ref: ClusterRef) -> Connection:
+        """A launch thread's own API client (urllib3 pools and the client's state stay
+        per thread)."""
+        conns = self._local.__dict__.setdefault("connections", {})
+        conn = conns.get(ref.name)
+        if conn is None or conn.ref != ref:
+            conn = conns[ref.name] = Connection(ref)
+        return conn
+
+    def _create_attempt(self, ref: ClusterRef, manifests: list[dict]) -> None:
+        """In a launch thread: the API only, never the database (the launching thread
+        owns the job's rows and reports the outcome). What was created before a failure
+        is deleted again."""
+        try:
+            conn = self._thread_connection(ref)
+            created = []
+            try:
+                for manifest in manifests:
+                    created.append((manifest, self._create(conn, manifest)))
+                workload, uid = created[-1]
+                owner_ref = m.owner_reference(
+                    workload["kind"], workload["apiVersion"], workload["metadata"]["name"], uid
+                )
+                for manifest, _ in created[:-1]:
+                    self._adopt(conn, manifest, owner_ref)
+            except Exception:
+                for manifest, _ in reversed(created):
+                    with contextlib.suppress(Exception):
+                        self._delete_created(conn, manifest)
+                raise
+        finally:
+            self._slots.release()
+
+    def finish_launches(self, wait: bool = True) -> int:
+        """Report the launches the pool has finished (all of them with `wait`): a failed
+        create fails the attempt with the API's words, retried while retries remain; an
+        attempt cancelled or preempted while its objects were being created has them
+        deleted again. Runs in the launching thread. Returns how many were reported."""
+        from jobs.services.cluster_reports import attempt_status, record_attempt_created
+        from jobs.services.lifecycle import report_backend_problem
+
+        with self._lock:
+            items = list(self._inflight.items())
+        reported = 0
+        for key, (job, ref, namespace, name, future) in items:
+            if not wait and not future.done():
+                continue
+            try:
+                future.result()
+                error = None
+            except Exception as exc:
+                error = exc
+            with self._lock:
+                self._inflight.pop(key, None)
+            reported += 1
+            status = attempt_status(job, key[1])
+            if error is not None:
+                logger.warning("could not launch job %s: %s", job.pk, error)
+                if status != "over":
+                    report_backend_problem(
+                        job, f"could not start: {describe_error(error, ref.name)}", terminal=True
+                    )
+            elif status != "current":
+                # Cancelled, preempted or ended while the pool created it: the stop's
+                # own delete may have come first and found nothing.
+                with contextlib.suppress(Exception):
+                    self.delete_workload(ref, namespace, name, job.kind)
+                if status == "stopping":  # nothing runs: the cancel or preemption is done
+                    report_backend_problem(job, "stopped before its pods started", terminal=True)
+            else:
+                record_attempt_created(job, key[1], f"k8s://{ref.name}/{namespace}/{name}")
+        return reported
+
+    def launching(self, job) -> bool:
+        """Is the job's current attempt still in this process's launch pool?"""
+        with self._lock:
+            return (job.pk, job.attempt) in self._inflight
 
     @staticmethod
-    def _create(conn: Connection, manifest: dict):
-        return KubernetesBackend._create_any(conn, manifest)
+    def _create(conn: Connection, manifest: dict) -> str:
+        """Create one object; its uid. The answer is not turned into the client's model
+        objects (`_preload_content=False`): that took more time than the request."""
+        response = KubernetesBackend._create_any(conn, manifest, _preload_content=False)
+        return json.loads(response.data)["metadata"]["uid"]
+
+    @staticmethod
+    def _delete_created(conn: Connection, manifest: dict) -> None:
+        ns, name, kind = (
+            manifest["metadata"]["namespace"],
+            manifest["metadata"]["name"],
+            manifest["kind"],
+        )
+        delete = {
+            "Secret": conn.core.delete_namespaced_secret,
+            "Service": conn.core.delete_namespaced_service,
+            "Pod": conn.core.delete_namespaced_pod,
+            "NetworkPolicy": conn.networking.delete_namespaced_network_policy,
+            "Job": conn.batch.delete_namespaced_job,
+        }[kind]
+        delete(name, ns, propagation_policy="Foreground", _request_timeout=conn.timeout)
 
     @staticmethod
     def _create_any(conn: Connection, manifest: dict, **options):
@@ -533,14 +660,13 @@ class KubernetesBackend(Backend):
         when it goes."""
         ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
         patch = {"metadata": {"ownerReferences": [owner]}}
+        options = {"_request_timeout": conn.timeout, "_preload_content": False}
         if manifest["kind"] == "Secret":
-            conn.core.patch_namespaced_secret(name, ns, patch, _request_timeout=conn.timeout)
+            conn.core.patch_namespaced_secret(name, ns, patch, **options)
         elif manifest["kind"] == "NetworkPolicy":
-            conn.networking.patch_namespaced_network_policy(
-                name, ns, patch, _request_timeout=conn.timeout
-            )
+            conn.networking.patch_namespaced_network_policy(name, ns, patch, **options)
         else:
-            conn.core.patch_namespaced_service(name, ns, patch, _request_timeout=conn.timeout)
+            conn.core.patch_namespaced_service(name, ns, patch, **options)
 
     # -- stopping --------------------------------------------------------------------
     def attempt_objects(self, job, attempt: int | None = None) -> tuple[ClusterRef, str, str]:
@@ -634,7 +760,14 @@ class KubernetesBackend(Backend):
                     refused = k8s_watch.check_failed_create(
                         job, self, ref, namespace, name, now=now
                     ) or k8s_watch.PodVerdict("pending", "pod not created yet")
-                if workload_exists:
+                created = worker.workdir == f"k8s://{ref.name}/{namespace}/{name}"
+                if not workload_exists and not created and self._may_be_creating(job, worker, now):
+                    # Still in a launch pool (this process's or another's): not lost yet.
+                    k8s_watch.vouch(job, worker.rank, now)
+                    probes.append(
+                        WorkerProbe(worker.rank, alive=True, detail="its objects are being created")
+                    )
+                elif workload_exists:
                     if refused is None or refused.status != "failed":
                         k8s_watch.vouch(job, worker.rank, now)
                     detail = refused.reason if refused is not None else "pod not created yet"
@@ -652,3 +785,9 @@ class KubernetesBackend(Backend):
             verdict = k8s_watch.observe_pod(job, pod, now=now, backend=self, ref=ref)
             probes.append(WorkerProbe(worker.rank, alive=True, detail=verdict.reason))
         return probes
+
+    def _may_be_creating(self, job, worker, now) -> bool:
+        if self.launching(job):
+            return True
+        since = worker.launched_at
+        return since is not None and (now - since).total_seconds() < LAUNCH_DEADLINE_SECONDS

@@ -42,7 +42,9 @@ def parse_token(token: str) -> tuple[int, str] | None:
 def launch_job(job: Job) -> bool:
     """admitted -> starting, then start the executors. False if another launcher won."""
     backend = get_backend(job.backend)
-    holder = device_holder(job)
+    # Only a backend that hands out devices itself waits for them (on Kubernetes the
+    # device plugin picks the GPUs and the cluster's scheduler waits for room).
+    holder = device_holder(job) if getattr(backend, "assigns_devices", True) else None
     if holder is not None:
         reason = f"admitted; starts when job #{holder.pk} has stopped and freed its devices"
         Job.objects.filter(pk=job.pk, state=JobState.ADMITTED).exclude(state_reason=reason).update(

@@ -41,6 +41,14 @@ class FakeKubeAPI:
         self.version = 100
         self.uid = 0
         self.lock = threading.Lock()
+        # resource -> (HTTP status, message): creates of it are refused so.
+        self.refuse_creates: dict[str, tuple[int, str]] = {}
+        # While set to an unset Event, creates of `hold_resources` wait for it
+        # (`waiting_creates` counts them, `most_waiting` the most at once).
+        self.hold_creates: threading.Event | None = None
+        self.hold_resources = {"secrets", "jobs", "pods"}
+        self.waiting_creates = 0
+        self.most_waiting = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.server.fake = self
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -210,6 +218,17 @@ class _Handler(BaseHTTPRequestHandler):
         resource, namespace, _, query = self._parse()
         body = self._body()
         self._record("POST", resource, namespace, body["metadata"]["name"], query, body)
+        hold = self.fake.hold_creates
+        if hold is not None and resource in self.fake.hold_resources:
+            with self.fake.lock:
+                self.fake.waiting_creates += 1
+                self.fake.most_waiting = max(self.fake.most_waiting, self.fake.waiting_creates)
+            hold.wait(30)
+            with self.fake.lock:
+                self.fake.waiting_creates -= 1
+        if resource in self.fake.refuse_creates:
+            code, message = self.fake.refuse_creates[resource]
+            return self._status(code, "Forbidden" if code == 403 else "Invalid", message)
         key = (resource, namespace or "", body["metadata"]["name"])
         if key in self.fake.objects:
             return self._status(409, "AlreadyExists", f'{resource} "{key[2]}" already exists')

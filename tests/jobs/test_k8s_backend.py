@@ -11,6 +11,7 @@ test_k8s_live.py.
 """
 
 import json
+import threading
 from datetime import UTC, datetime, timedelta
 
 import kubernetes_validate
@@ -78,6 +79,7 @@ def launch(owner, project, **spec):
     job.refresh_from_db()
     assert job.state == "admitted", job.state_reason
     assert launch_job(job)
+    get_backend("kubernetes").finish_launches()  # its API creates ran in the launch pool
     job.refresh_from_db()
     return job
 
@@ -627,3 +629,111 @@ def test_a_worker_the_cluster_placed_elsewhere_blocks_no_launch(kube, owner, pro
     assert not set(a.placement["gpus"]["0"]) & set(b.placement["gpus"]["0"])
     assert device_holder(b) is None
     assert launch_job(b)
+
+
+# --- the launch pool -------------------------------------------------------------------
+
+
+def wait_for(condition, what: str, seconds: float = 20.0) -> None:
+    """Wait for a condition another thread brings about (a deadline, not a measurement)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.02)
+
+
+def test_a_burst_of_admitted_jobs_is_created_concurrently_and_each_attempt_once(kube, owner, project, settings):
+    """The launch task hands the API creates to the pool: four attempts' creates are in
+    flight at once (the fake holds them), and after the pool is done every attempt's
+    Secret and Job were created exactly once and marked created."""
+    from jobs.tasks import launch_admitted
+
+    settings.GANTRY_K8S_LAUNCH_CONCURRENCY = 4
+    reset_backends()
+    jobs = [submit_job(owner, project, command=f"python train.py --n {i}") for i in range(6)]
+    admission_pass()
+    hold = kube.hold_creates = threading.Event()
+
+    def release_when_four_wait():  # no database here: only the fake's counters
+        for _ in range(1000):
+            if kube.waiting_creates >= 4:
+                break
+            hold.wait(0.02)
+        hold.set()
+
+    releaser = threading.Thread(target=release_when_four_wait)
+    releaser.start()
+    assert launch_admitted() == 6
+    releaser.join()
+    assert kube.most_waiting == 4  # the pool's four threads, each with a create in flight
+    for job in jobs:
+        job.refresh_from_db()
+        name = f"gantry-job-{job.pk}-a1"
+        assert job.state == "starting", job.state_reason
+        assert [r["name"] for r in kube.made("POST", "jobs")].count(name) == 1
+        assert [r["name"] for r in kube.made("POST", "secrets")].count(f"{name}-token") == 1
+        owner_ref = kube.get("secrets", "gantry-lab-a", f"{name}-token")["metadata"]["ownerReferences"][0]
+        assert owner_ref["uid"] == kube.get("jobs", "gantry-lab-a", name)["metadata"]["uid"]
+        assert job.worker_set.get().workdir == f"k8s://fake/gantry-lab-a/{name}"
+    assert not get_backend("kubernetes")._inflight
+
+
+def test_a_create_the_api_refuses_fails_the_attempt_with_its_words_and_leaves_nothing(kube, owner, project):
+    kube.refuse_creates["jobs"] = (403, 'jobs.batch is forbidden: User "gantry" cannot create resource "jobs"')
+    job = launch(owner, project, max_retries=1)
+    assert job.state == "queued"  # retried: the attempt failed
+    assert "attempt 1 failed (could not start: cluster fake refused Gantry's credentials (HTTP 403: jobs.batch is forbidden" in job.state_reason
+    assert kube.get("secrets", "gantry-lab-a", f"gantry-job-{job.pk}-a1-token") is None  # created, then deleted
+    assert [r["name"] for r in kube.made("DELETE", "secrets")] == [f"gantry-job-{job.pk}-a1-token"]
+
+
+def test_cancel_while_the_objects_are_being_created_deletes_them_and_cancels(kube, owner, project):
+    job = submit_job(owner, project, command="python train.py")
+    admission_pass()
+    job.refresh_from_db()
+    kube.hold_creates = threading.Event()
+    assert launch_job(job)
+    wait_for(lambda: kube.waiting_creates == 1, "the Secret's create in flight")
+    # Reconcile meanwhile: no Job yet, but it is being created, so nothing is lost.
+    assert reconcile_job(job) is None
+    job.refresh_from_db()
+    assert job.state == "starting"
+    cancel_job(owner, job)
+    kube.hold_creates.set()
+    get_backend("kubernetes").finish_launches()
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == ("cancelled", f"cancelled by {owner.username}")
+    assert kube.get("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a1") is None
+
+
+def test_a_starting_attempt_whose_objects_never_came_is_lost_after_the_launch_deadline(kube, owner, project):
+    """Another process's pool died before creating it: reconcile waits out the launch
+    deadline (the objects may still come), then the attempt is lost and retried."""
+    from jobs.backends import kubernetes
+
+    job = launch(owner, project, max_retries=1)
+    kube.objects.pop(("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a1"))
+    JobWorker.objects.filter(job=job).update(workdir="")  # never marked created
+    assert reconcile_job(job) is None
+    long_ago = datetime.now(UTC) - timedelta(seconds=kubernetes.LAUNCH_DEADLINE_SECONDS + 1)
+    JobWorker.objects.filter(job=job).update(launched_at=long_ago)
+    assert reconcile_job(job) == "lost"
+    job.refresh_from_db()
+    assert job.state == "queued" and "no longer exists" in job.state_reason
+
+
+def test_a_kubernetes_launch_never_waits_for_a_device_holder(kube, owner, project):
+    """Placements on Kubernetes are counters (the device plugin picks GPUs): a launched
+    job with the same planned ids does not hold the next one back."""
+    a = launch(owner, project, gpus=1)
+    b = submit_job(owner, project, command="python b.py", gpus=1)
+    admission_pass()
+    b.refresh_from_db()
+    Job.objects.filter(pk=b.pk).update(placement=a.placement)
+    b.refresh_from_db()
+    assert device_holder(b) == a  # the same ids, as the local backend would see them
+    assert launch_job(b)
+    b.refresh_from_db()
+    assert b.state == "starting"

@@ -53,6 +53,13 @@ def kube():
     cluster.stop()
 
 
+def finish_launches() -> None:
+    """Wait for the launch pool's creates and report them, as the launch task does."""
+    from jobs.backends import get_backend
+
+    get_backend("kubernetes").finish_launches()
+
+
 def platform_documents() -> list[dict]:
     """platform/k8s/ in the kustomization's order, as `kubectl apply -k` would send it."""
     kustomization = yaml.safe_load((PLATFORM / "kustomization.yaml").read_text())
@@ -190,6 +197,7 @@ class Gantry:
         job.refresh_from_db()
         assert job.state == "admitted", job.state_reason
         assert launch_job(job), job.state_reason
+        finish_launches()
         job.refresh_from_db()
         assert job.state == "starting", job.state_reason
         return job
@@ -204,6 +212,7 @@ class Gantry:
         admission_pass()
         job.refresh_from_db()
         assert launch_job(job), job.state_reason
+        finish_launches()
         job.refresh_from_db()
         return job
 
