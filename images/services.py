@@ -286,7 +286,7 @@ def delete_image(actor, image: RuntimeImage, *, from_registry: bool = False) -> 
     image.delete()
 
 
-# --- jobs -------------------------------------------------------------------------------
+# --- what a job may run in (jobs asks; images never submits one) -----------------------
 
 
 def images_for_job(user, project):
@@ -333,20 +333,9 @@ def local_runtime_note(record: JobImage) -> str:
     )
 
 
-@transaction.atomic
-def submit_job_with_image(actor, project, image: RuntimeImage, **spec):
-    """Submit a job that runs in `image`, recording the digest it runs with.
-
-    jobs.services.submit_job(image=…) comes here. The tag is resolved now (it may
-    have moved since the image was registered). On the local backend an image with
-    a local environment supplies the job's runtime (unless the spec names one); an
-    image without one is allowed and runs with the platform interpreter, which the
-    job page and API say (`local_runtime_note`): the digest is still recorded, so
-    the same spec on the Kubernetes backend runs in the image.
-    """
-    from jobs.backends import get_backend
-    from jobs.services.submit import submit_job
-
+def check_image_for_project(actor, project, image: RuntimeImage) -> None:
+    """Refuse (ValidationError on `image`) an image that `actor` may not run in `project`:
+    one they cannot see (answered as missing) or another tenant's."""
     if not can(actor, "image.view", image):
         raise ValidationError({"image": "No such image."})
     if image.tenant_id is not None and image.tenant_id != project.tenant_id:
@@ -356,18 +345,12 @@ def submit_job_with_image(actor, project, image: RuntimeImage, **spec):
                 f"{project.tenant}'s."
             }
         )
-    backend = get_backend()
-    if backend.name == "local" and image.local_env and not (spec.get("runtime") or "").strip():
-        problem = backend.runtime_problem(image.local_env)
-        if problem:
-            raise ValidationError(
-                {"image": f"The image's local environment cannot be used here: {problem}"}
-            )
-        spec["runtime"] = image.local_env
-    digest = resolve_for_job(image)
-    job = submit_job(actor, project, **spec)
-    JobImage.objects.create(job=job, image=image, reference=image.reference, digest=digest)
-    return job
+
+
+def record_job_image(job, image: RuntimeImage, digest: str) -> JobImage:
+    """Pin the image a job was submitted with (jobs' submit calls this; images never
+    submits a job itself)."""
+    return JobImage.objects.create(job=job, image=image, reference=image.reference, digest=digest)
 
 
 # --- custom builds ----------------------------------------------------------------------

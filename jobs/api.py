@@ -14,6 +14,7 @@ from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from core.links import object_url
 from core.paging import DeferredJoinPagination
 from datasets.models import DatasetVersion
+from images.services import images_for_job
 from jobs.filters import JobFilterSet
 from jobs.models import Artifact, Job, JobEvent, JobKind, JobWorker, MetricPoint
 from jobs.queries import count_lines_after, lines_before, log_lines
@@ -369,8 +370,6 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
         )
         image_id = data.pop("image", None)
         if image_id is not None:
-            from images.services import images_for_job
-
             # Another tenant's private image reads exactly like one that does not exist.
             data["image"] = images_for_job(request.user, project).filter(pk=image_id).first()
             if data["image"] is None:

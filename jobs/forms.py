@@ -2,6 +2,8 @@
 
 from django import forms
 
+from images.models import RuntimeImage
+from images.services import images_for_job
 from jobs.models import JobKind
 
 
@@ -65,10 +67,6 @@ class NotebookJobForm(forms.Form):
 
     def __init__(self, *args, user=None, project=None, **kwargs):
         super().__init__(*args, **kwargs)
-        # Imported here: jobs does not depend on images at import time.
-        from images.models import RuntimeImage
-        from images.services import images_for_job
-
         field = self.fields["image"]
         if user is None or project is None:
             field.queryset = RuntimeImage.objects.none()

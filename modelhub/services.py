@@ -468,7 +468,6 @@ def predict(
     parameter `model` defaults to the staged primary file, as examples/predict_digits.py
     expects.
     """
-    from images import services as image_services
     from jobs.services.submit import submit_job
 
     require(actor, "job.submit", version.model.project)
@@ -484,9 +483,6 @@ def predict(
         command=command, parameters=parameters, inputs=[model_inputs(version), *(inputs or [])]
     )
     with transaction.atomic():
-        if image is not None:
-            job = image_services.submit_job_with_image(actor, version.model.project, image, **spec)
-        else:
-            job = submit_job(actor, version.model.project, **spec)
+        job = submit_job(actor, version.model.project, image=image, **spec)
         audit.record(actor, "model.predict", version, tenant=version.tenant, job=job.pk)
     return job

@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core import audit
+from images.services import check_image_for_project, record_job_image, resolve_for_job
 from jobs.backends import get_backend
 from jobs.models import Job, JobEvent, JobWorker
 from jobs.services.validation import SPEC_FIELDS, validate_spec
@@ -19,21 +20,37 @@ from jobs.states import JobState
 from projects.permissions import require
 
 
+def pin_image(actor, project, image, backend, spec: dict[str, Any]) -> str:
+    """Check that `actor` may run `image` in `project` and return the digest the job runs
+    with; the tag is resolved now (it may have moved since the image was registered).
+
+    On the local backend an image with a local environment supplies the job's runtime
+    (unless `spec` names one; `spec` is changed in place). An image without one is
+    allowed and runs with the platform interpreter, which the job page and API say
+    (images.services.local_runtime_note): the digest is still recorded, so the same
+    spec on the Kubernetes backend runs in the image.
+    """
+    check_image_for_project(actor, project, image)
+    if backend.name == "local" and image.local_env and not (spec.get("runtime") or "").strip():
+        problem = backend.runtime_problem(image.local_env)
+        if problem:
+            raise ValidationError(
+                {"image": f"The image's local environment cannot be used here: {problem}"}
+            )
+        spec["runtime"] = image.local_env
+    return resolve_for_job(image)
+
+
 @transaction.atomic
 def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **spec) -> Job:
     """Queue a job in `project`; admission picks it up within seconds.
 
-    With `image` (an images.RuntimeImage) the images app resolves and records the
-    digest the job runs with (images.services.submit_job_with_image, which calls
-    back here without `image`); imported here, not at module level, so jobs does
-    not depend on images at import time.
+    With `image` (an images.RuntimeImage) the job runs in it, pinned to the digest its
+    tag resolves to now (`pin_image`).
     """
     require(actor, "job.submit", project)
-    if image is not None:
-        from images.services import submit_job_with_image
-
-        return submit_job_with_image(actor, project, image, cloned_from=cloned_from, **spec)
     backend = get_backend()
+    digest = pin_image(actor, project, image, backend, spec) if image is not None else None
     clean = validate_spec(spec, backend)
     # Dataset inputs are pinned to a version here, so the job reads exactly what it named.
     from datasets.services import clean_job_inputs
@@ -63,6 +80,8 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **
         + (f" (from job #{cloned_from.pk})" if cloned_from else ""),
         actor=actor,
     )
+    if image is not None:
+        record_job_image(job, image, digest)
     audit.record(actor, "job.submit", job, kind=job.kind, command=job.command)
     from jobs.tasks import kick
 

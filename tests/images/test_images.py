@@ -18,6 +18,7 @@ from images import services
 from images.models import BuildState, ImageBuild, JobImage, RuntimeImage
 from images.registry import RegistryClient
 from images.tasks import run_build
+from jobs.services.submit import submit_job
 from tests.registry import PASSWORD, USERNAME
 
 pytestmark = pytest.mark.django_db
@@ -144,7 +145,7 @@ def test_delete_from_registry_removes_the_manifest(use_registry, tenant, owner):
 
 
 def test_a_job_records_the_digest_it_runs_with(base_image, project, owner):
-    job = services.submit_job_with_image(owner, project, base_image, command="python -c pass")
+    job = submit_job(owner, project, image=base_image, command="python -c pass")
     record = JobImage.objects.get(job=job)
     assert record.digest == base_image.digest and record.image == base_image
 
@@ -155,14 +156,14 @@ def test_a_local_env_image_gives_the_job_its_runtime(tenant, project, owner):
     image = services.create_image(
         owner, tenant, name="venv", reference="reg.example/lab-a/v:1", local_env=sys.executable
     )
-    job = services.submit_job_with_image(owner, project, image, command="python -c pass")
+    job = submit_job(owner, project, image=image, command="python -c pass")
     assert job.runtime == sys.executable
 
 
 def test_an_outsider_cannot_run_a_tenant_image(tenant, owner, outsider, other_project):
     image = services.create_image(owner, tenant, name="lab", reference="reg.example/lab-a/x:1")
     with pytest.raises(ValidationError, match="No such image"):
-        services.submit_job_with_image(outsider, other_project, image, command="python -c pass")
+        submit_job(outsider, other_project, image=image, command="python -c pass")
 
 
 # --- custom builds ----------------------------------------------------------------------------
