@@ -3,6 +3,7 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
 from accounts import services
+from accounts.members import MemberService
 from accounts.models import ApiToken, Membership, Tenant, User
 from core.admin import ServiceAdmin, ServiceInline
 
@@ -16,28 +17,39 @@ class MemberRowForm(forms.ModelForm):
             self.fields["user"].disabled = True
 
 
-class MembershipWrites:
-    """Tenant memberships, added, changed and removed through accounts.services."""
+class MemberWrites:
+    """Member rows of any place, added, changed and removed through the kind's
+    `accounts.members.MemberService` (`members`)."""
+
+    members: MemberService
 
     def create(self, request, obj):
-        return services.add_member(
-            actor=request.user, tenant=obj.tenant, user=obj.user, role=obj.role
-        )
+        return self.members.add(actor=request.user, place=obj.place, user=obj.user, role=obj.role)
 
     def update(self, request, obj, fields):
         if "role" in fields:
-            services.change_member_role(actor=request.user, membership=obj, role=obj.role)
+            self.members.change_role(actor=request.user, member=obj, role=obj.role)
 
     def delete(self, request, obj):
-        services.remove_member(actor=request.user, membership=obj)
+        self.members.remove(actor=request.user, member=obj)
 
 
-class MembershipInline(MembershipWrites, ServiceInline, admin.TabularInline):
-    model = Membership
+class MemberInline(MemberWrites, ServiceInline, admin.TabularInline):
     form = MemberRowForm
     extra = 0
     autocomplete_fields = ["user"]
     readonly_fields = ["source"]
+
+
+class MemberAdmin(MemberWrites, ServiceAdmin):
+    def get_readonly_fields(self, request, obj=None):
+        # A saved row stays the same user's in the same place: remove it and add another.
+        return [self.model.place_field, "user", "source"] if obj else ["source"]
+
+
+class MembershipInline(MemberInline):
+    model = Membership
+    members = services.TENANT_MEMBERS
 
 
 @admin.register(User)
@@ -80,15 +92,13 @@ class TenantAdmin(ServiceAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(MembershipWrites, ServiceAdmin):
+class MembershipAdmin(MemberAdmin):
     list_display = ["user", "tenant", "role", "created_at"]
     list_filter = ["role", "tenant"]
     search_fields = ["user__username", "user__email", "tenant__name"]
     autocomplete_fields = ["user", "tenant"]
     list_select_related = ["user", "tenant"]
-
-    def get_readonly_fields(self, request, obj=None):
-        return ["tenant", "user", "source"] if obj else ["source"]
+    members = services.TENANT_MEMBERS
 
 
 @admin.register(ApiToken)

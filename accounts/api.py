@@ -6,7 +6,8 @@ from rest_framework.throttling import ScopedRateThrottle
 
 from accounts import services
 from accounts.filters import ApiTokenFilterSet, MembershipFilterSet, TenantFilterSet
-from accounts.models import ApiToken, Membership, Tenant, TenantRole, TokenScope
+from accounts.members import MemberService
+from accounts.models import ApiToken, Membership, Tenant, TokenScope
 from core.access import get_object_for_user, token_of
 from core.api import RestrictedViewSetMixin, VisibleRelatedField
 
@@ -24,16 +25,32 @@ class TenantSerializer(serializers.ModelSerializer):
         extra_kwargs = {"slug": {"validators": []}}
 
 
-class MembershipSerializer(serializers.ModelSerializer):
-    tenant = VisibleRelatedField(queryset=Tenant.objects.all())
-    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
-    role = serializers.ChoiceField(choices=TenantRole.choices, default=TenantRole.MEMBER)
+class MemberSerializer(serializers.ModelSerializer):
+    """A member row of any place (a tenant, a project; `Meta.model` is an accounts Member):
+    the place's id among the places the user sees, the user's name, and the role, the
+    kind's default role when none is given."""
 
     class Meta:
-        model = Membership
-        fields = ["id", "tenant", "user", "role", "created_at"]
         read_only_fields = ["id", "created_at"]
         validators = []
+
+    def get_fields(self):
+        fields = super().get_fields()
+        model = self.Meta.model
+        places = model._meta.get_field(model.place_field).related_model.objects.all()
+        role = model._meta.get_field("role")
+        fields[model.place_field] = VisibleRelatedField(queryset=places)
+        fields["user"] = serializers.SlugRelatedField(
+            slug_field="username", queryset=User.objects.all()
+        )
+        fields["role"] = serializers.ChoiceField(choices=role.choices, default=role.default)
+        return fields
+
+
+class MembershipSerializer(MemberSerializer):
+    class Meta(MemberSerializer.Meta):
+        model = Membership
+        fields = ["id", "tenant", "user", "role", "created_at"]
 
 
 class MembershipUpdateSerializer(serializers.ModelSerializer):
@@ -105,50 +122,67 @@ class TenantViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         services.delete_tenant(actor=self.request.user, tenant=instance)
 
 
-class MembershipViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
-    queryset = Membership.objects.none()
-    filterset_class = MembershipFilterSet
-    http_method_names = ["get", "post", "patch", "put", "delete", "head", "options"]
-    permission_actions = {
-        "list": "membership.view",
-        "retrieve": "membership.view",
-        "create": "membership.manage",
-        "update": "membership.manage",
-        "partial_update": "membership.manage",
-        "destroy": "membership.manage",
+def member_actions(kind: str) -> dict[str, str]:
+    """The matrix actions of a members endpoint: `<kind>.view` to read, `<kind>.manage` to
+    add, change and remove."""
+    return {
+        "list": f"{kind}.view",
+        "retrieve": f"{kind}.view",
+        "create": f"{kind}.manage",
+        "update": f"{kind}.manage",
+        "partial_update": f"{kind}.manage",
+        "destroy": f"{kind}.manage",
     }
 
+
+class MemberViewSetMixin:
+    """A place's members (a tenant's, a project's), each write through the kind's
+    `accounts.members.MemberService` (`members`). The place is looked up again with the
+    manage action (404 for what the user cannot see, 403 for what they may not change)."""
+
+    members: MemberService
+    update_serializer_class = None
+
     def get_queryset(self):
-        return super().get_queryset().select_related("user", "tenant")
+        return super().get_queryset().select_related("user", self.members.model.place_field)
 
     def get_serializer_class(self):
-        return (
-            MembershipUpdateSerializer
-            if self.action in ("update", "partial_update")
-            else MembershipSerializer
-        )
+        if self.action in ("update", "partial_update"):
+            return self.update_serializer_class
+        return self.serializer_class
 
     def perform_create(self, serializer):
         data = serializer.validated_data
-        tenant = get_object_for_user(
+        place_field = self.members.model.place_field
+        place = get_object_for_user(
             self.request.user,
-            Tenant,
-            "membership.manage",
+            self.members.model._meta.get_field(place_field).related_model,
+            self.members.manage,
             token=token_of(self.request),
-            pk=data["tenant"].pk,
+            pk=data[place_field].pk,
         )
-        serializer.instance = services.add_member(
-            actor=self.request.user, tenant=tenant, user=data["user"], role=data["role"]
+        serializer.instance = self.members.add(
+            actor=self.request.user, place=place, user=data["user"], role=data["role"]
         )
 
     def perform_update(self, serializer):
         role = serializer.validated_data.get("role", serializer.instance.role)
-        serializer.instance = services.change_member_role(
-            actor=self.request.user, membership=serializer.instance, role=role
+        serializer.instance = self.members.change_role(
+            actor=self.request.user, member=serializer.instance, role=role
         )
 
     def perform_destroy(self, instance):
-        services.remove_member(actor=self.request.user, membership=instance)
+        self.members.remove(actor=self.request.user, member=instance)
+
+
+class MembershipViewSet(MemberViewSetMixin, RestrictedViewSetMixin, viewsets.ModelViewSet):
+    queryset = Membership.objects.none()
+    serializer_class = MembershipSerializer
+    update_serializer_class = MembershipUpdateSerializer
+    filterset_class = MembershipFilterSet
+    http_method_names = ["get", "post", "patch", "put", "delete", "head", "options"]
+    permission_actions = member_actions("membership")
+    members = services.TENANT_MEMBERS
 
 
 class ApiTokenViewSet(

@@ -83,34 +83,55 @@ class Tenant(models.Model):
         return self
 
 
+class Member(models.Model):
+    """What tenant and project memberships share: one user's role in one place, and where
+    the role came from. A subclass adds the place (the foreign key `place_field` names),
+    the user (with its own related name) and the role with the kind's choices; its
+    services are an `accounts.members.MemberService`."""
+
+    place_field = ""
+
+    source = models.CharField(
+        max_length=8, choices=MembershipSource.choices, default=MembershipSource.LOCAL
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self):
+        return f"{self.user} in {self.place} ({self.role})"
+
+    @property
+    def place(self):
+        return getattr(self, self.place_field)
+
+    @classmethod
+    def one_role_per_user(cls, place_field: str, name: str) -> list[models.UniqueConstraint]:
+        return [models.UniqueConstraint(fields=[place_field, "user"], name=name)]
+
+
 class MembershipQuerySet(models.QuerySet):
     def visible_to(self, user):
         return self.filter(tenant__in=Tenant.objects.visible_to(user))
 
 
-class Membership(models.Model):
+class Membership(Member):
     """A user's role in one tenant."""
+
+    place_field = "tenant"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
     )
     role = models.CharField(max_length=16, choices=TenantRole.choices, default=TenantRole.MEMBER)
-    source = models.CharField(
-        max_length=8, choices=MembershipSource.choices, default=MembershipSource.LOCAL
-    )
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     objects = MembershipQuerySet.as_manager()
 
     class Meta:
         ordering = ["tenant", "user__username"]
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique_user")
-        ]
-
-    def __str__(self):
-        return f"{self.user} in {self.tenant} ({self.role})"
+        constraints = Member.one_role_per_user("tenant", "membership_unique_user")
 
     def get_absolute_url(self):
         return reverse("accounts:tenant_detail", args=[self.tenant_id])

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from accounts.members import MemberService
 from accounts.models import (
     ApiToken,
     Membership,
@@ -19,7 +20,7 @@ from accounts.models import (
 )
 from accounts.signals import member_removed
 from core import audit
-from core.access import forget_roles, require, tenant_role
+from core.access import require, tenant_role
 
 User = get_user_model()
 logger = logging.getLogger(__name__)
@@ -37,8 +38,7 @@ def create_tenant(
         raise ValidationError({"slug": f"A tenant with the slug “{slug}” already exists."})
     tenant = Tenant.objects.create(name=name, slug=slug, description=description)
     if creator_owns:
-        Membership.objects.create(tenant=tenant, user=actor, role=TenantRole.OWNER)
-        forget_roles(actor)
+        TENANT_MEMBERS.grant(tenant, actor, TenantRole.OWNER)
     audit.record(actor, "tenant.create", tenant)
     return tenant
 
@@ -81,47 +81,33 @@ def _guard_owner_change(actor, tenant, old_role, new_role):
             raise ValidationError({"role": "A tenant must keep at least one owner."})
 
 
-@transaction.atomic
+class TenantMembers(MemberService):
+    def check_add(self, actor, tenant, user, role):
+        _guard_owner_change(actor, tenant, None, role)
+
+    def check_change(self, actor, membership, old, new):
+        _guard_owner_change(actor, membership.tenant, old, new)
+
+    def check_remove(self, actor, membership):
+        _guard_owner_change(actor, membership.tenant, membership.role, None)
+        # The roles held in the tenant's projects go with it (projects.signals).
+        member_removed.send(Membership, tenant=membership.tenant, user=membership.user)
+
+
+TENANT_MEMBERS = TenantMembers(Membership, "membership")
+
+
 def add_member(*, actor, tenant: Tenant, user, role: str = TenantRole.MEMBER) -> Membership:
-    require(actor, "membership.manage", tenant)
-    if role not in TenantRole.values:
-        raise ValidationError({"role": f"Unknown role “{role}”."})
-    if Membership.objects.filter(tenant=tenant, user=user).exists():
-        raise ValidationError({"user": f"{user.username} is already a member of {tenant}."})
-    _guard_owner_change(actor, tenant, None, role)
-    membership = Membership.objects.create(tenant=tenant, user=user, role=role)
-    forget_roles(user)
-    audit.record(actor, "membership.add", membership, user=user.username, role=role)
-    return membership
+    return TENANT_MEMBERS.add(actor=actor, place=tenant, user=user, role=role)
 
 
-@transaction.atomic
 def change_member_role(*, actor, membership: Membership, role: str) -> Membership:
-    require(actor, "membership.manage", membership.tenant)
-    if role not in TenantRole.values:
-        raise ValidationError({"role": f"Unknown role “{role}”."})
-    membership = Membership.objects.select_for_update().get(pk=membership.pk)
-    old = membership.role
-    _guard_owner_change(actor, membership.tenant, old, role)
-    membership.role = role
-    membership.save(update_fields=["role"])
-    forget_roles(membership.user)
-    audit.record(
-        actor, "membership.change", membership, user=membership.user.username, old=old, new=role
-    )
-    return membership
+    return TENANT_MEMBERS.change_role(actor=actor, member=membership, role=role)
 
 
-@transaction.atomic
 def remove_member(*, actor, membership: Membership) -> None:
-    """Remove someone from a tenant, with their roles in its projects (`member_removed`)."""
-    require(actor, "membership.manage", membership.tenant)
-    membership = Membership.objects.select_for_update().get(pk=membership.pk)
-    _guard_owner_change(actor, membership.tenant, membership.role, None)
-    member_removed.send(Membership, tenant=membership.tenant, user=membership.user)
-    audit.record(actor, "membership.remove", membership, user=membership.user.username)
-    membership.delete()
-    forget_roles(membership.user)
+    """Remove someone from a tenant, with their roles in its projects."""
+    TENANT_MEMBERS.remove(actor=actor, member=membership)
 
 
 @transaction.atomic

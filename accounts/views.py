@@ -17,7 +17,8 @@ from accounts.forms import (
     MemberRoleForm,
     TenantForm,
 )
-from accounts.models import ApiToken, Membership, Tenant
+from accounts.members import MemberService
+from accounts.models import ApiToken, Tenant
 from core.views import (
     GantryView,
     ObjectDeleteView,
@@ -118,43 +119,67 @@ class TenantDeleteView(ObjectDeleteView):
         return reverse("accounts:tenant_list")
 
 
-class MemberAddView(ServiceFormView):
-    model = Tenant
-    permission_action = "membership.manage"
-    form_class = MemberAddForm
+class MemberPage:
+    """The member pages of every place (a tenant, a project). `members`, the kind's
+    accounts.members.MemberService, gives a page its permission (`<kind>.manage`) and its
+    model: the member row, or the place for pages that add to it (`on_place`)."""
+
+    members: MemberService
+    on_place = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "members" in cls.__dict__:
+            model = cls.members.model
+            cls.permission_action = cls.members.manage
+            cls.model = (
+                model._meta.get_field(model.place_field).related_model if cls.on_place else model
+            )
+
+
+class AddMemberView(MemberPage, ServiceFormView):
+    on_place = True
     title = "Add a member"
     submit_label = "Add member"
     success_message = "Added {object.user} as {object.role}."
 
-    def perform(self, form, tenant):
-        return services.add_member(actor=self.request.user, tenant=tenant, **form.cleaned_data)
+    def perform(self, form, place):
+        return self.members.add(actor=self.request.user, place=place, **form.cleaned_data)
 
 
-class MemberEditView(ServiceFormView):
-    model = Membership
-    permission_action = "membership.manage"
-    form_class = MemberRoleForm
+class ChangeMemberRoleView(MemberPage, ServiceFormView):
     title = "Change role"
     success_message = "{object.user} is now {object.role}."
 
-    def get_form_kwargs(self, membership):
-        return {"initial": {"role": membership.role}}
+    def get_form_kwargs(self, member):
+        return {"initial": {"role": member.role}}
 
-    def perform(self, form, membership):
-        return services.change_member_role(
-            actor=self.request.user, membership=membership, role=form.cleaned_data["role"]
+    def perform(self, form, member):
+        return self.members.change_role(
+            actor=self.request.user, member=member, role=form.cleaned_data["role"]
         )
 
 
-class MemberRemoveView(ObjectDeleteView):
-    model = Membership
-    permission_action = "membership.manage"
+class RemoveMemberView(MemberPage, ObjectDeleteView):
+    def perform(self, member):
+        self.members.remove(actor=self.request.user, member=member)
 
-    def perform(self, membership):
-        services.remove_member(actor=self.request.user, membership=membership)
+    def get_success_url(self, member):
+        return member.get_absolute_url()  # the place's members
 
-    def get_success_url(self, membership):
-        return reverse("accounts:tenant_detail", args=[membership.tenant_id])
+
+class MemberAddView(AddMemberView):
+    form_class = MemberAddForm
+    members = services.TENANT_MEMBERS
+
+
+class MemberEditView(ChangeMemberRoleView):
+    form_class = MemberRoleForm
+    members = services.TENANT_MEMBERS
+
+
+class MemberRemoveView(RemoveMemberView):
+    members = services.TENANT_MEMBERS
 
 
 class ApiTokenListView(ObjectListView):

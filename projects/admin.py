@@ -1,35 +1,16 @@
 from django.contrib import admin
 
-from accounts.admin import MemberRowForm
-from core.admin import ServiceAdmin, ServiceInline
+from accounts.admin import MemberAdmin, MemberInline
+from core.admin import ServiceAdmin
 from projects import services
 from projects.models import Project, ProjectMember
 
 PROJECT_FIELDS = ["name", "slug", "description", "visibility"]
 
 
-class ProjectMemberWrites:
-    """Project members, added, changed and removed through projects.services."""
-
-    def create(self, request, obj):
-        return services.add_project_member(
-            actor=request.user, project=obj.project, user=obj.user, role=obj.role
-        )
-
-    def update(self, request, obj, fields):
-        if "role" in fields:
-            services.change_project_member_role(actor=request.user, member=obj, role=obj.role)
-
-    def delete(self, request, obj):
-        services.remove_project_member(actor=request.user, member=obj)
-
-
-class ProjectMemberInline(ProjectMemberWrites, ServiceInline, admin.TabularInline):
+class ProjectMemberInline(MemberInline):
     model = ProjectMember
-    form = MemberRowForm
-    extra = 0
-    autocomplete_fields = ["user"]
-    readonly_fields = ["source"]
+    members = services.PROJECT_MEMBERS
 
 
 @admin.register(Project)
@@ -64,12 +45,10 @@ class ProjectAdmin(ServiceAdmin):
 
 
 @admin.register(ProjectMember)
-class ProjectMemberAdmin(ProjectMemberWrites, ServiceAdmin):
+class ProjectMemberAdmin(MemberAdmin):
     list_display = ["user", "project", "role", "created_at"]
     list_filter = ["role"]
     search_fields = ["user__username", "project__name"]
     list_select_related = ["user", "project__tenant"]
     autocomplete_fields = ["user", "project"]
-
-    def get_readonly_fields(self, request, obj=None):
-        return ["project", "user", "source"] if obj else ["source"]
+    members = services.PROJECT_MEMBERS

@@ -1,11 +1,12 @@
 from django.contrib.auth import get_user_model
 from rest_framework import serializers, viewsets
 
+from accounts.api import MemberSerializer, MemberViewSetMixin, member_actions
 from accounts.models import Tenant
 from core.api import RestrictedViewSetMixin, VisibleRelatedField
 from projects import services
 from projects.filters import ProjectFilterSet, ProjectMemberFilterSet
-from projects.models import Project, ProjectMember, ProjectRole
+from projects.models import Project, ProjectMember
 from projects.permissions import get_object_for_user, token_of
 
 User = get_user_model()
@@ -36,16 +37,10 @@ class ProjectUpdateSerializer(ProjectSerializer):
         read_only_fields = ["id", "tenant", "created_at"]
 
 
-class ProjectMemberSerializer(serializers.ModelSerializer):
-    project = VisibleRelatedField(queryset=Project.objects.all())
-    user = serializers.SlugRelatedField(slug_field="username", queryset=User.objects.all())
-    role = serializers.ChoiceField(choices=ProjectRole.choices, default=ProjectRole.VIEWER)
-
-    class Meta:
+class ProjectMemberSerializer(MemberSerializer):
+    class Meta(MemberSerializer.Meta):
         model = ProjectMember
         fields = ["id", "project", "user", "role", "created_at"]
-        read_only_fields = ["id", "created_at"]
-        validators = []
 
 
 class ProjectMemberUpdateSerializer(ProjectMemberSerializer):
@@ -97,44 +92,10 @@ class ProjectViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         services.delete_project(actor=self.request.user, project=instance)
 
 
-class ProjectMemberViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
+class ProjectMemberViewSet(MemberViewSetMixin, RestrictedViewSetMixin, viewsets.ModelViewSet):
     queryset = ProjectMember.objects.none()
+    serializer_class = ProjectMemberSerializer
+    update_serializer_class = ProjectMemberUpdateSerializer
     filterset_class = ProjectMemberFilterSet
-    permission_actions = {
-        "list": "projectmember.view",
-        "retrieve": "projectmember.view",
-        "create": "projectmember.manage",
-        "update": "projectmember.manage",
-        "partial_update": "projectmember.manage",
-        "destroy": "projectmember.manage",
-    }
-
-    def get_queryset(self):
-        return super().get_queryset().select_related("user", "project")
-
-    def get_serializer_class(self):
-        if self.action in ("update", "partial_update"):
-            return ProjectMemberUpdateSerializer
-        return ProjectMemberSerializer
-
-    def perform_create(self, serializer):
-        data = serializer.validated_data
-        project = get_object_for_user(
-            self.request.user,
-            Project,
-            "projectmember.manage",
-            token=token_of(self.request),
-            pk=data["project"].pk,
-        )
-        serializer.instance = services.add_project_member(
-            actor=self.request.user, project=project, user=data["user"], role=data["role"]
-        )
-
-    def perform_update(self, serializer):
-        role = serializer.validated_data.get("role", serializer.instance.role)
-        serializer.instance = services.change_project_member_role(
-            actor=self.request.user, member=serializer.instance, role=role
-        )
-
-    def perform_destroy(self, instance):
-        services.remove_project_member(actor=self.request.user, member=instance)
+    permission_actions = member_actions("projectmember")
+    members = services.PROJECT_MEMBERS

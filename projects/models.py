@@ -3,7 +3,7 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts.models import MembershipSource, Tenant
+from accounts.models import Member, Tenant
 from core.links import object_url
 
 
@@ -91,29 +91,22 @@ class ProjectMemberQuerySet(models.QuerySet):
         return in_visible_projects(self, user)
 
 
-class ProjectMember(models.Model):
+class ProjectMember(Member):
     """A user's role in one project. The user must belong to the project's tenant."""
+
+    place_field = "project"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="members")
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="project_memberships"
     )
     role = models.CharField(max_length=16, choices=ProjectRole.choices, default=ProjectRole.VIEWER)
-    source = models.CharField(
-        max_length=8, choices=MembershipSource.choices, default=MembershipSource.LOCAL
-    )
-    created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     objects = ProjectMemberQuerySet.as_manager()
 
     class Meta:
         ordering = ["project", "user__username"]
-        constraints = [
-            models.UniqueConstraint(fields=["project", "user"], name="projectmember_unique_user")
-        ]
-
-    def __str__(self):
-        return f"{self.user} in {self.project} ({self.role})"
+        constraints = Member.one_role_per_user("project", "projectmember_unique_user")
 
     def get_absolute_url(self):
         return reverse("projects:project_members", args=[self.project_id])

@@ -3,10 +3,11 @@
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from accounts.members import MemberService
 from accounts.models import Membership
 from core import audit
 from projects.models import Project, ProjectMember, ProjectRole
-from projects.permissions import forget_roles, require
+from projects.permissions import require
 
 
 @transaction.atomic
@@ -30,8 +31,7 @@ def create_project(
     project.full_clean(validate_unique=False, validate_constraints=False)
     project.save()
     if Membership.objects.filter(tenant=tenant, user=actor).exists():
-        ProjectMember.objects.create(project=project, user=actor, role=ProjectRole.MAINTAINER)
-        forget_roles(actor)
+        PROJECT_MEMBERS.grant(project, actor, ProjectRole.MAINTAINER)
     audit.record(actor, "project.create", project)
     return project
 
@@ -64,45 +64,31 @@ def delete_project(*, actor, project: Project) -> None:
     project.delete()
 
 
-@transaction.atomic
+class ProjectMembers(MemberService):
+    def already_member(self, project, user):
+        return f"{user.username} is already a member of this project."
+
+    def check_add(self, actor, project, user, role):
+        if not Membership.objects.filter(tenant=project.tenant, user=user).exists():
+            raise ValidationError(
+                {
+                    "user": f"{user.username} is not a member of {project.tenant}; add them to the tenant first."
+                }
+            )
+
+
+PROJECT_MEMBERS = ProjectMembers(ProjectMember, "projectmember")
+
+
 def add_project_member(
     *, actor, project: Project, user, role: str = ProjectRole.VIEWER
 ) -> ProjectMember:
-    require(actor, "projectmember.manage", project)
-    if role not in ProjectRole.values:
-        raise ValidationError({"role": f"Unknown role “{role}”."})
-    if not Membership.objects.filter(tenant=project.tenant, user=user).exists():
-        raise ValidationError(
-            {
-                "user": f"{user.username} is not a member of {project.tenant}; add them to the tenant first."
-            }
-        )
-    if ProjectMember.objects.filter(project=project, user=user).exists():
-        raise ValidationError({"user": f"{user.username} is already a member of this project."})
-    member = ProjectMember.objects.create(project=project, user=user, role=role)
-    forget_roles(user)
-    audit.record(actor, "projectmember.add", member, user=user.username, role=role)
-    return member
+    return PROJECT_MEMBERS.add(actor=actor, place=project, user=user, role=role)
 
 
-@transaction.atomic
 def change_project_member_role(*, actor, member: ProjectMember, role: str) -> ProjectMember:
-    require(actor, "projectmember.manage", member.project)
-    if role not in ProjectRole.values:
-        raise ValidationError({"role": f"Unknown role “{role}”."})
-    old = member.role
-    member.role = role
-    member.save(update_fields=["role"])
-    forget_roles(member.user)
-    audit.record(
-        actor, "projectmember.change", member, user=member.user.username, old=old, new=role
-    )
-    return member
+    return PROJECT_MEMBERS.change_role(actor=actor, member=member, role=role)
 
 
-@transaction.atomic
 def remove_project_member(*, actor, member: ProjectMember) -> None:
-    require(actor, "projectmember.manage", member.project)
-    audit.record(actor, "projectmember.remove", member, user=member.user.username)
-    member.delete()
-    forget_roles(member.user)
+    PROJECT_MEMBERS.remove(actor=actor, member=member)

@@ -147,7 +147,9 @@ def sync_memberships(user, wanted: dict) -> dict[int, Membership]:
         for m in Membership.objects.select_for_update().filter(user=user).select_related("tenant")
     }
     for tenant_id, (tenant, role) in wanted.items():
-        memberships[tenant_id] = grant_membership(user, memberships.get(tenant_id), tenant, role)
+        memberships[tenant_id] = grant_role(
+            user, memberships.get(tenant_id), Membership, tenant, role
+        )
     for tenant_id, membership in list(memberships.items()):
         if membership.source == MembershipSource.OIDC and tenant_id not in wanted:
             drop_membership(user, membership)
@@ -155,28 +157,22 @@ def sync_memberships(user, wanted: dict) -> dict[int, Membership]:
     return memberships
 
 
-def grant_membership(user, membership: Membership | None, tenant: Tenant, role: str) -> Membership:
-    """A new SSO membership, or an SSO membership's new role; a local one stays as it is."""
-    if membership is None:
-        membership = Membership.objects.create(
-            tenant=tenant, user=user, role=role, source=MembershipSource.OIDC
+def grant_role(user, row, model, place, role: str):
+    """A new SSO-sourced member row (`model`: Membership or ProjectMember) giving `user`
+    `role` in `place`, or an SSO row's new role; a row granted in Gantry stays as it is."""
+    kind = model._meta.model_name
+    if row is None:
+        row = model.objects.create(
+            **{model.place_field: place}, user=user, role=role, source=MembershipSource.OIDC
         )
+        audit.record(None, f"{kind}.add", row, user=user.username, role=role, source="oidc")
+    elif row.source == MembershipSource.OIDC and row.role != role:
+        old, row.role = row.role, role
+        row.save(update_fields=["role"])
         audit.record(
-            None, "membership.add", membership, user=user.username, role=role, source="oidc"
+            None, f"{kind}.change", row, user=user.username, old=old, new=role, source="oidc"
         )
-    elif membership.source == MembershipSource.OIDC and membership.role != role:
-        old, membership.role = membership.role, role
-        membership.save(update_fields=["role"])
-        audit.record(
-            None,
-            "membership.change",
-            membership,
-            user=user.username,
-            old=old,
-            new=role,
-            source="oidc",
-        )
-    return membership
+    return row
 
 
 def drop_membership(user, membership: Membership) -> None:
@@ -203,33 +199,11 @@ def sync_project_members(user, wanted: dict) -> None:
         .select_related("project__tenant")
     }
     for project_id, (project, role) in wanted.items():
-        grant_project_role(user, members.get(project_id), project, role)
+        grant_role(user, members.get(project_id), ProjectMember, project, role)
     for project_id, member in members.items():
         if member.source == MembershipSource.OIDC and project_id not in wanted:
             audit.record(None, "projectmember.remove", member, user=user.username, source="oidc")
             member.delete()
-
-
-def grant_project_role(user, member: ProjectMember | None, project: Project, role: str) -> None:
-    if member is None:
-        member = ProjectMember.objects.create(
-            project=project, user=user, role=role, source=MembershipSource.OIDC
-        )
-        audit.record(
-            None, "projectmember.add", member, user=user.username, role=role, source="oidc"
-        )
-    elif member.source == MembershipSource.OIDC and member.role != role:
-        old, member.role = member.role, role
-        member.save(update_fields=["role"])
-        audit.record(
-            None,
-            "projectmember.change",
-            member,
-            user=user.username,
-            old=old,
-            new=role,
-            source="oidc",
-        )
 
 
 def apply_groups(user, groups) -> None:

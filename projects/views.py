@@ -3,12 +3,13 @@ from django.urls import reverse
 from django.views.generic import TemplateView
 
 from accounts.models import Tenant
+from accounts.views import AddMemberView, ChangeMemberRoleView, RemoveMemberView
 from core.access import AUTHENTICATED
 from core.views import ObjectDeleteView, ObjectDetailView, ObjectListView, ServiceFormView
 from projects import services
 from projects.filters import ProjectFilterSet
 from projects.forms import ProjectForm, ProjectMemberAddForm, ProjectMemberRoleForm
-from projects.models import Project, ProjectMember
+from projects.models import Project
 
 
 class HomeView(LoginRequiredMixin, TemplateView):
@@ -115,45 +116,20 @@ class ProjectMembersView(ObjectDetailView):
         }
 
 
-class ProjectMemberAddView(ServiceFormView):
-    model = Project
-    permission_action = "projectmember.manage"
+class ProjectMemberAddView(AddMemberView):
     form_class = ProjectMemberAddForm
     title = "Add a project member"
-    submit_label = "Add member"
-    success_message = "Added {object.user} as {object.role}."
+    members = services.PROJECT_MEMBERS
 
     def get_form_kwargs(self, project):
         return {"project": project}
 
-    def perform(self, form, project):
-        return services.add_project_member(
-            actor=self.request.user, project=project, **form.cleaned_data
-        )
 
-
-class ProjectMemberEditView(ServiceFormView):
-    model = ProjectMember
-    permission_action = "projectmember.manage"
+class ProjectMemberEditView(ChangeMemberRoleView):
     form_class = ProjectMemberRoleForm
     title = "Change project role"
-    success_message = "{object.user} is now {object.role}."
-
-    def get_form_kwargs(self, member):
-        return {"initial": {"role": member.role}}
-
-    def perform(self, form, member):
-        return services.change_project_member_role(
-            actor=self.request.user, member=member, role=form.cleaned_data["role"]
-        )
+    members = services.PROJECT_MEMBERS
 
 
-class ProjectMemberRemoveView(ObjectDeleteView):
-    model = ProjectMember
-    permission_action = "projectmember.manage"
-
-    def perform(self, member):
-        services.remove_project_member(actor=self.request.user, member=member)
-
-    def get_success_url(self, member):
-        return reverse("projects:project_members", args=[member.project_id])
+class ProjectMemberRemoveView(RemoveMemberView):
+    members = services.PROJECT_MEMBERS
