@@ -120,5 +120,19 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_select_related = ["user", "project"]
     raw_id_fields = ["user", "project"]
 
+    actions = ["revoke"]
+
     def has_add_permission(self, request):
         return False  # tokens are made in Settings, where the secret is shown once
+
+    def has_change_permission(self, request, obj=None):
+        return False  # a token is revoked (the row kept for the record), never edited
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        for token in queryset:
+            services.revoke_api_token(actor=request.user, token=token)
+        self.message_user(request, "Revoked. The tokens stop working immediately.")

@@ -5,6 +5,7 @@ a refusal changes nothing and is shown on the page."""
 import pytest
 from django.urls import reverse
 
+from accounts import services
 from accounts.models import Membership, Tenant, TenantRole
 from core.models import AuditEvent
 
@@ -128,3 +129,21 @@ def test_admin_bulk_delete_of_tenants_audits_each(client, lab_admin, tenant, oth
     assert not Tenant.objects.exists()
     deleted = AuditEvent.objects.filter(action="tenant.delete", actor=lab_admin)
     assert sorted(deleted.values_list("details__name", flat=True)) == ["Lab A", "Lab B"]
+
+
+def test_admin_revokes_tokens_with_audit_events_and_cannot_edit_them(client, lab_admin, member):
+    token, _ = services.create_api_token(actor=member, name="ci")
+    response = client.post(
+        reverse("admin:accounts_apitoken_changelist"),
+        {"action": "revoke", "_selected_action": [token.pk]},
+    )
+    assert response.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert AuditEvent.objects.get(action="token.revoke", actor=lab_admin).object_id == str(token.pk)
+    edit = client.post(
+        reverse("admin:accounts_apitoken_change", args=[token.pk]), {"name": "renamed"}
+    )
+    assert edit.status_code == 403
+    token.refresh_from_db()
+    assert token.name == "ci"
