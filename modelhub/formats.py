@@ -15,7 +15,7 @@ ZIP_MAGIC = b"PK\x03\x04"
 KNOWN = (
     "safetensors (.safetensors), PyTorch (.pt/.pth), TorchScript (.pt zip with code/), "
     "ONNX (.onnx), TensorFlow SavedModel (saved_model.pb), Keras (.keras/.h5), "
-    "MXNet (.params + -symbol.json)"
+    "MXNet (.params + -symbol.json), MLflow (MLmodel)"
 )
 
 
@@ -60,6 +60,10 @@ def detect_format(files: dict[str, Opener]) -> tuple[str, str]:
     """
     paths = sorted(files)
     names = {p: p.rsplit("/", 1)[-1].lower() for p in paths}
+
+    # MLflow models describe themselves (and may hold any of the files below): first.
+    if "MLmodel" in paths:
+        return ModelFormat.MLFLOW, "MLmodel"
 
     for path in paths:
         if names[path] in ("saved_model.pb", "saved_model.pbtxt"):

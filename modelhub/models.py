@@ -20,6 +20,8 @@ class ModelFormat(models.TextChoices):
     TF_SAVEDMODEL = "tf-savedmodel", "TensorFlow SavedModel"
     KERAS = "keras", "Keras (.keras / .h5)"
     MXNET = "mxnet", "MXNet (.params + -symbol.json)"
+    # A directory with an MLmodel file (MLflow's own description: flavors, signature).
+    MLFLOW = "mlflow", "MLflow model (MLmodel)"
 
 
 class RegisteredModelQuerySet(models.QuerySet):

@@ -51,6 +51,42 @@ def _owner(caller, path: str, action: str):
     return owner, "/".join(inner)
 
 
+def _registry_version(caller, path: str):
+    """`registry/<version id>/…`: a model hub version's files (get-download-uri's answer),
+    read-only, for whoever may view the model."""
+    from modelhub.models import ModelVersion
+
+    parts = path.split("/")
+    version = None
+    if len(parts) >= 2 and parts[1].isdigit() and len(parts[1]) < 19:
+        version = (
+            ModelVersion.objects.visible_to(caller.user)
+            .select_related("model__project__tenant")
+            .filter(pk=int(parts[1]))
+            .first()
+        )
+    if version is None or not caller.can("model.view", version):
+        raise not_found(f"Artifact '{path}' does not exist.")
+    return version, "/".join(parts[2:])
+
+
+def _registry_listing(version, inner: str) -> list[dict]:
+    prefix = f"{inner}/" if inner else ""
+    dirs, files = set(), []
+    for file_path, size in version.files.values_list("path", "size"):
+        if not file_path.startswith(prefix):
+            continue
+        rest = file_path[len(prefix) :]
+        head, sep, _ = rest.partition("/")
+        if sep:
+            dirs.add(head)
+        else:
+            files.append({"path": rest, "is_dir": False, "file_size": size})
+    return [{"path": d, "is_dir": True} for d in sorted(dirs)] + sorted(
+        files, key=lambda f: f["path"]
+    )
+
+
 def _name(path: str) -> str:
     return f"{PREFIX}/{path}"
 
@@ -60,6 +96,14 @@ def artifact(request, path: str):
     try:
         caller = api._caller(request)
         path = _safe(path)
+        if path.startswith("registry/"):
+            if request.method != "GET":
+                raise MlflowError("Registered versions are read-only here.", "PERMISSION_DENIED")
+            version, inner = _registry_version(caller, path)
+            found = version.files.filter(path=inner).first()
+            if found is None:
+                raise not_found(f"Artifact '{path}' does not exist.")
+            return FileResponse(found.file.open("rb"), content_type="application/octet-stream")
         if request.method == "GET":
             _owner(caller, path, "experiment.view")
             if not path or not default_storage.exists(_name(path)):
@@ -123,6 +167,9 @@ def artifact_list(request):
             raise MlflowError("Listing artifacts takes GET.", "ENDPOINT_NOT_FOUND")
         caller = api._caller(request)
         path = _safe(request.GET.get("path", ""))
+        if path.startswith("registry/"):
+            version, inner = _registry_version(caller, path)
+            return JsonResponse({"files": _registry_listing(version, inner)})
         _owner(caller, path, "experiment.view")
         dirs, files = _listdir(_name(path))
         listing = [{"path": d, "is_dir": True} for d in sorted(dirs)]

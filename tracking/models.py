@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import models
 
 from jobs.models import Job
+from modelhub.models import ModelVersion, RegisteredModel
 from projects.models import Project, in_visible_projects
 
 
@@ -298,3 +299,40 @@ class LoggedModel(models.Model):
     @property
     def artifact_uri(self) -> str:
         return f"mlflow-artifacts:/{self.experiment_id}/models/{self.model_id}/artifacts"
+
+
+class RegistryTag(models.Model):
+    """MLflow's key/value tags on a registered model (version None) or one of its versions
+    (the hub's own tags are plain labels)."""
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="mlflow_tags")
+    version = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.CASCADE, related_name="mlflow_tags"
+    )
+    key = models.CharField(max_length=250)
+    value = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "version", "key"], name="registrytag_unique_key"
+            )
+        ]
+
+    def __str__(self):
+        return self.key
+
+
+class RegistryVersionSource(models.Model):
+    """Where an MLflow-registered version's files came from: the source URI, its run and
+    logged model, as `MlflowClient` shows them."""
+
+    version = models.OneToOneField(
+        ModelVersion, on_delete=models.CASCADE, related_name="mlflow_source"
+    )
+    source = models.CharField(max_length=1000)
+    run_id = models.CharField(max_length=64, blank=True)
+    model_id = models.CharField(max_length=64, blank=True)
+
+    def __str__(self):
+        return self.source
