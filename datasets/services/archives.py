@@ -90,6 +90,18 @@ def _check_archive(upload, name: str) -> None:
 def _iter_archive(source, compressed_size: int):
     """(relative path, size, open stream) of each regular file, refusing anything unsafe.
     `source` is a path or an open file."""
+    account = _budget(compressed_size)
+    if zipfile.is_zipfile(source):
+        yield from _zip_members(source, account)
+        return
+    if not isinstance(source, str):
+        source.seek(0)  # is_zipfile left it at the end
+    yield from _tar_members(source, account)
+
+
+def _budget(compressed_size: int):
+    """A check to call with each member's size: it refuses the archive once it holds too
+    many files, too many bytes, or unpacks to too many times its own size (a bomb)."""
     max_files = settings.GANTRY_ARCHIVE_MAX_FILES
     max_bytes = settings.GANTRY_ARCHIVE_MAX_BYTES
     ratio = settings.GANTRY_ARCHIVE_MAX_RATIO
@@ -108,26 +120,29 @@ def _iter_archive(source, compressed_size: int):
                 f"Unpacks to more than {ratio} times its size: refused as a possible archive bomb."
             )
 
-    if zipfile.is_zipfile(source):
-        with zipfile.ZipFile(source) as zf:
-            for info in zf.infolist():
-                mode = info.external_attr >> 16
-                if stat.S_ISLNK(mode):
-                    raise ArchiveRefused(f"{info.filename!r} is a link; links are not allowed.")
-                if info.is_dir():
-                    continue
-                if info.flag_bits & 0x1:
-                    raise ArchiveRefused(f"{info.filename!r} is encrypted.")
-                rel = _archive_member_path(info.filename)
-                account(info.file_size)
-                try:
-                    member = zf.open(info)
-                except NotImplementedError as exc:  # a compression method zipfile lacks
-                    raise ArchiveRefused(f"{info.filename!r}: {exc}") from None
-                yield rel, info.file_size, member
-        return
-    if not isinstance(source, str):
-        source.seek(0)  # is_zipfile left it at the end
+    return account
+
+
+def _zip_members(source, account):
+    with zipfile.ZipFile(source) as zf:
+        for info in zf.infolist():
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise ArchiveRefused(f"{info.filename!r} is a link; links are not allowed.")
+            if info.is_dir():
+                continue
+            if info.flag_bits & 0x1:
+                raise ArchiveRefused(f"{info.filename!r} is encrypted.")
+            rel = _archive_member_path(info.filename)
+            account(info.file_size)
+            try:
+                member = zf.open(info)
+            except NotImplementedError as exc:  # a compression method zipfile lacks
+                raise ArchiveRefused(f"{info.filename!r}: {exc}") from None
+            yield rel, info.file_size, member
+
+
+def _tar_members(source, account):
     where = {"name": source} if isinstance(source, str) else {"fileobj": source}
     try:
         tf = tarfile.open(mode="r:*", **where)  # noqa: SIM115 (closed by the with below)
