@@ -63,7 +63,10 @@ def launch_admitted() -> int:
     """Start every admitted job's executors (scheduling's pass runs this after admitting)."""
     launched = 0
     backends = set()
-    for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):
+    admitted = Job.objects.filter(state=JobState.ADMITTED).select_related(
+        "project__tenant", "image_record"
+    )
+    for job in admitted.order_by("admitted_at", "pk"):
         if launch_job(job):
             launched += 1
             backends.add(job.backend)

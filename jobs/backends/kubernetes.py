@@ -39,6 +39,10 @@ CAPACITY_CACHE_SECONDS = 30
 # while unchanged (a burst of launches would otherwise send 5-6 writes each; the
 # scale benchmark found them the launch's main cost); a failed launch applies at once.
 TENANT_APPLY_SECONDS = 60
+# Within this many seconds of the last check a launch does not even recompute the
+# tenant's manifests (its quota comes from the scheduling app: a query and a digest per
+# launch were a fifth of a launch's time in a burst); a changed quota applies after it.
+TENANT_CHECK_SECONDS = 5
 # Launches handed to the pool and not yet created, per launch thread, before `launch()`
 # waits for room (a burst of thousands must not hold thousands of manifests).
 LAUNCH_BACKLOG_PER_THREAD = 8
@@ -261,6 +265,8 @@ class KubernetesBackend(Backend):
         # (cluster, namespace) -> (the tenant manifests last applied, when): a launch
         # re-applies them only when they changed or TENANT_APPLY_SECONDS passed.
         self._tenants: dict[tuple[str, str], tuple[str, float]] = {}
+        # (cluster, tenant id) -> (namespace, when its manifests were last checked).
+        self._tenants_checked: dict[tuple[str, int], tuple[str, float]] = {}
         # The launch pool: API creates of admitted attempts, reported by finish_launches.
         self._pool: ThreadPoolExecutor | None = None
         self._local = threading.local()
@@ -393,6 +399,9 @@ class KubernetesBackend(Backend):
         """Create or update the tenant's namespace, quota, limits and notebook policy."""
         from kubernetes.client.exceptions import ApiException
 
+        checked = self._tenants_checked.get((conn.ref.name, tenant.pk))
+        if checked is not None and time.monotonic() - checked[1] < TENANT_CHECK_SECONDS:
+            return checked[0]
         cfg = manifest_config(conn.ref)
         manifests = m.tenant_manifests(tenant.slug, quota_spec(tenant), cfg)
         key = (conn.ref.name, manifests[0]["metadata"]["name"])
@@ -403,6 +412,7 @@ class KubernetesBackend(Backend):
             and applied[0] == digest
             and time.monotonic() - applied[1] < TENANT_APPLY_SECONDS
         ):
+            self._tenants_checked[(conn.ref.name, tenant.pk)] = (key[1], time.monotonic())
             return key[1]
         for manifest in manifests:
             kind, meta = manifest["kind"], manifest["metadata"]
@@ -456,6 +466,7 @@ class KubernetesBackend(Backend):
             if kind == "ResourceQuota":
                 self._await_quota(conn, manifest)
         self._tenants[key] = (digest, time.monotonic())
+        self._tenants_checked[(conn.ref.name, tenant.pk)] = (key[1], time.monotonic())
         return key[1]
 
     @staticmethod
@@ -514,6 +525,7 @@ class KubernetesBackend(Backend):
             manifests = m.job_manifests(spec, cfg, tokens)
         except Exception as exc:
             self._tenants.clear()  # perhaps the namespace went: set it up again next time
+            self._tenants_checked.clear()
             raise ClusterError(describe_error(exc, ref.name)) from exc
         self._slots.acquire()  # at most so many attempts waiting for the pool
         key = (job.pk, job.attempt)
@@ -592,6 +604,8 @@ class KubernetesBackend(Backend):
             status = attempt_status(job, key[1])
             if error is not None:
                 logger.warning("could not launch job %s: %s", job.pk, error)
+                self._tenants.clear()  # perhaps the namespace went: set it up again
+                self._tenants_checked.clear()
                 if status != "over":
                     report_backend_problem(
                         job, f"could not start: {describe_error(error, ref.name)}", terminal=True

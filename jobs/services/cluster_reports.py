@@ -53,7 +53,8 @@ def attempt_status(job: Job, attempt: int) -> str:
 def record_attempt_created(job: Job, attempt: int, where: str) -> None:
     """The attempt's objects exist in the cluster (`where`, e.g. k8s://cluster/ns/name):
     from now on their absence means they were deleted, not that they are coming."""
-    JobWorker.objects.filter(job=job, job__attempt=attempt).update(workdir=where[:500])
+    if Job.objects.filter(pk=job.pk, attempt=attempt).exists():
+        JobWorker.objects.filter(job_id=job.pk).update(workdir=where[:500])
 
 
 def keep_alive(job: Job, rank: int, now: datetime) -> None:

@@ -177,9 +177,14 @@ def test_launch_creates_namespace_quota_secret_and_job_all_schema_valid(kube, ow
     assert job.placement["cluster"] == "fake"
 
 
-def test_second_launch_in_a_namespace_updates_the_quota(kube, owner, project):
+def test_second_launch_in_a_namespace_updates_the_quota(kube, owner, project, monkeypatch):
+    from jobs.backends import kubernetes
+
     launch(owner, project)
     TenantQuota.objects.create(tenant=project.tenant, guaranteed_gpus=1)
+    launch(owner, project)  # within TENANT_CHECK_SECONDS: not even recomputed
+    assert not kube.made("PUT", "resourcequotas")
+    monkeypatch.setattr(kubernetes, "TENANT_CHECK_SECONDS", 0)  # the window has passed
     launch(owner, project)
     put = kube.made("PUT", "resourcequotas")[-1]["body"]
     assert put["spec"]["hard"] == {"requests.nvidia.com/gpu": "1"}
