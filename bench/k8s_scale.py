@@ -44,6 +44,7 @@ import platform
 import queue
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -111,12 +112,146 @@ rules:
 """
 
 
+def run_driver(data: Path) -> int:
+    """The kubelets' and executors' part, in its own process: for every pod that kwok
+    makes Running, the executor's `started` report (to the services, as the HTTP view
+    would) and, after the job's duration, the end of its command (the pod annotation
+    kwok's pod-exit stage acts on); GPUs held by Running pods, sampled every 2 s. Pods
+    are read as raw JSON from one watch (the client's model objects cost more CPU than
+    the rest of the driver)."""
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from kubernetes import client, config
+
+    from jobs.backends import k8s_manifests as m
+    from jobs.models import Job
+    from jobs.services.ingestion import record_worker_status
+
+    cfg = client.Configuration()
+    config.load_kube_config(str(data / "admin.kubeconfig"), client_configuration=cfg)
+    core = client.CoreV1Api(client.ApiClient(cfg))
+    seconds_of = {int(k): v for k, v in json.loads((data / "durations.json").read_text()).items()}
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    running_at: dict[tuple[int, int], float] = {}
+    started: queue.Queue = queue.Queue()
+    exits: list = []
+    lock = threading.Lock()
+    gpus_running: dict[str, int] = {}
+    samples: list[tuple[float, int]] = []
+    selector = ",".join(f"{k}={v}" for k, v in m.MANAGED_BY.items())
+
+    def on_pod(kind: str, pod: dict) -> None:
+        meta, status = pod["metadata"], pod.get("status") or {}
+        key = meta["namespace"] + "/" + meta["name"]
+        if kind == "DELETED" or status.get("phase") != "Running":
+            gpus_running.pop(key, None)
+            return
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        job_id = int(labels[m.LABEL_JOB])
+        rank = int(annotations.get(m.INDEX_ANNOTATION, labels.get(m.LABEL_RANK, "0")))
+        limits = pod["spec"]["containers"][0].get("resources", {}).get("limits") or {}
+        gpus_running[key] = int(limits.get("nvidia.com/gpu", "0"))
+        if (job_id, rank) in running_at:
+            return
+        running_at[(job_id, rank)] = time.time()
+        started.put((job_id, rank))
+        with lock:
+            heapq.heappush(
+                exits, (time.time() + seconds_of.get(job_id, 10), meta["name"], meta["namespace"])
+            )
+
+    def watcher():
+        version = None
+        while not stop.is_set():
+            try:
+                if version is None:
+                    listing = json.loads(
+                        core.list_pod_for_all_namespaces(
+                            label_selector=selector, _preload_content=False
+                        ).data
+                    )
+                    for pod in listing["items"]:
+                        on_pod("SYNC", pod)
+                    version = listing["metadata"]["resourceVersion"]
+                response = core.list_pod_for_all_namespaces(
+                    label_selector=selector,
+                    watch=True,
+                    resource_version=version,
+                    timeout_seconds=30,
+                    _preload_content=False,
+                )
+                for line in response:
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        version = None  # 410 Gone: list again
+                        break
+                    on_pod(event["type"], event["object"])
+                    version = event["object"]["metadata"]["resourceVersion"]
+            except Exception as exc:  # the stream ended badly: watch again
+                print("driver watch:", exc, file=sys.stderr)
+                time.sleep(1)
+
+    exit_zero = {"metadata": {"annotations": {"stage.gantry.dev/exit-code": "0"}}}
+
+    def finisher():
+        last_sample = 0.0
+        while not stop.is_set():
+            now = time.time()
+            due = []
+            with lock:
+                while exits and exits[0][0] <= now:
+                    due.append(heapq.heappop(exits))
+            for _, name, ns in due:
+                with contextlib.suppress(client.exceptions.ApiException):  # gone already
+                    core.patch_namespaced_pod(name, ns, exit_zero, _preload_content=False)
+            if now - last_sample >= 2:
+                samples.append((now, sum(gpus_running.values())))
+                last_sample = now
+            time.sleep(0.1)
+
+    for target in (watcher, finisher):
+        threading.Thread(target=target, daemon=True).start()
+    while not stop.is_set():
+        try:
+            job_id, rank = started.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        job = Job.objects.filter(pk=job_id).first()
+        if job is not None and job.state in ("starting", "running"):
+            try:
+                record_worker_status(job, rank, {"event": "started", "pid": 7})
+            except Exception as exc:
+                print("driver report:", exc, file=sys.stderr)
+    (data / "driver.json").write_text(
+        json.dumps(
+            {
+                "running_at": [[j, r, t] for (j, r), t in running_at.items()],
+                "gpu_samples": samples,
+            }
+        )
+    )
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--driver":
+        return run_driver(Path(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--limit-seconds", type=float, default=1800)
+    parser.add_argument(
+        "--client-qps-limits",
+        choices=("off", "default"),
+        default="off",
+        help="the controller-manager's and scheduler's client rate limits: off as kwokctl's "
+        "--disable-qps-limits (5,000/s), or their defaults (20/s and 50/s)",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "k8s_scale.json"))
     args = parser.parse_args()
 
@@ -143,20 +278,18 @@ def main() -> int:
 
     django.setup()
     import yaml
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.db import close_old_connections
-    from kubernetes import client, watch
+    from kubernetes import client
 
     from accounts import services as account_services
     from cluster.models import KubernetesCluster
     from jobs.backends import get_backend
     from jobs.backends import k8s_manifests as m
-    from jobs.backends.k8s_watch import watches_for
     from jobs.models import Job
-    from jobs.services.ingestion import record_worker_status
-    from jobs.services.launch import launch_job
     from jobs.services.submit import submit_job
-    from jobs.states import JobState
+    from jobs.tasks import launch_admitted
     from projects import services as project_services
     from scheduling.admission import admission_pass
     from tests.jobs.test_k8s_live import platform_documents, server_side_apply
@@ -175,11 +308,14 @@ def main() -> int:
         "--audit-log-format=json",
         "--audit-log-mode=batch",
     ]
+    if args.client_qps_limits == "off":
+        unlimited = ["--kube-api-qps=5000", "--kube-api-burst=10000"]
+        cluster.extra_controller_manager_args = [*unlimited, "--concurrent-job-syncs=50"]
+        cluster.extra_scheduler_args = list(unlimited)
     began = time.monotonic()
     cluster.start()
     result: dict = {"control_plane_up_s": round(cluster.started_seconds, 1)}
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
+    helpers: list[subprocess.Popen] = []  # Gantry's watcher and the driver
     try:
         admin_api = cluster.client()
         core = client.CoreV1Api(admin_api)
@@ -192,83 +328,36 @@ def main() -> int:
         )
         KubernetesCluster.objects.create(name="kwok", kubeconfig=kubeconfig, is_default=True)
         backend = get_backend("kubernetes")
-        ref = backend.default_cluster()
 
+        # When each attempt's objects exist: the launch pool's creates, timed where they run.
         launched_at: dict[int, float] = {}
-        original_launch = backend.launch
+        original_create = backend._create_attempt
 
-        def timed_launch(job, token_for_rank):
-            original_launch(job, token_for_rank)
-            launched_at[job.pk] = time.time()
+        def timed_create(ref, manifests):
+            original_create(ref, manifests)
+            launched_at[int(manifests[-1]["metadata"]["labels"][m.LABEL_JOB])] = time.time()
 
-        backend.launch = timed_launch
+        backend._create_attempt = timed_create
 
-        # Gantry's watches, as manage.py k8s_watch runs them.
-        for w in watches_for(backend, ref):
-            t = threading.Thread(target=w.run, args=(stop, 1.0), daemon=True)
-            t.start()
-            threads.append(t)
+        def apiserver_requests() -> float:
+            """All requests the API server has served (its /metrics), from every client."""
+            total = 0.0
+            for line in cluster._get(cluster.server + "/metrics").splitlines():
+                if line.startswith("apiserver_request_total{"):
+                    total += float(line.rsplit(" ", 1)[1])
+            return total
 
-        # The kubelet-and-executor driver.
-        running_at: dict[tuple[int, int], float] = {}
-        started: queue.Queue = queue.Queue()
-        exits: list = []
-        exits_lock = threading.Lock()
-        gpus_running: dict[str, int] = {}
-        seconds_of: dict[int, float] = {}
-
-        def driver():
-            w = watch.Watch()
-            while not stop.is_set():
-                try:
-                    for event in w.stream(
-                        core.list_pod_for_all_namespaces,
-                        label_selector="app.kubernetes.io/managed-by=gantry",
-                        timeout_seconds=5,
-                    ):
-                        pod = event["object"]
-                        labels = pod.metadata.labels or {}
-                        key = pod.metadata.namespace + "/" + pod.metadata.name
-                        if event["type"] == "DELETED" or pod.status.phase != "Running":
-                            gpus_running.pop(key, None)
-                            continue
-                        job_id = int(labels[m.LABEL_JOB])
-                        rank = int(
-                            (pod.metadata.annotations or {}).get(
-                                m.INDEX_ANNOTATION, labels.get(m.LABEL_RANK, "0")
-                            )
-                        )
-                        limits = pod.spec.containers[0].resources.limits or {}
-                        gpus_running[key] = int(limits.get("nvidia.com/gpu", "0"))
-                        if (job_id, rank) in running_at:
-                            continue
-                        running_at[(job_id, rank)] = time.time()
-                        started.put((job_id, rank))
-                        due = time.time() + seconds_of.get(job_id, 10)
-                        with exits_lock:
-                            heapq.heappush(exits, (due, pod.metadata.name, pod.metadata.namespace))
-                except Exception as exc:  # the stream ended badly: watch again
-                    print("driver watch:", exc, file=sys.stderr)
-                    time.sleep(1)
-
-        exit_zero = {"metadata": {"annotations": {"stage.gantry.dev/exit-code": "0"}}}
-
-        def finisher():
-            while not stop.is_set():
-                now = time.time()
-                due = []
-                with exits_lock:
-                    while exits and exits[0][0] <= now:
-                        due.append(heapq.heappop(exits))
-                for _, name, ns in due:
-                    with contextlib.suppress(client.exceptions.ApiException):  # gone already
-                        core.patch_namespaced_pod(name, ns, exit_zero)
-                time.sleep(0.2)
-
-        for target in (driver, finisher):
-            t = threading.Thread(target=target, daemon=True)
-            t.start()
-            threads.append(t)
+        # Gantry's watches: `manage.py k8s_watch` in its own process, as deployed.
+        watcher = subprocess.Popen(
+            [sys.executable, "manage.py", "k8s_watch"],
+            cwd=ROOT,
+            env={**os.environ},
+            stdout=subprocess.DEVNULL,
+            stderr=open(data / "k8s_watch.log", "ab"),  # noqa: SIM115 (the process keeps it)
+        )
+        helpers.append(watcher)
+        admin_kubeconfig = data / "admin.kubeconfig"
+        admin_kubeconfig.write_text(yaml.safe_dump(cluster.kubeconfig_dict()))
 
         # Tenants and jobs, all submitted at once.
         user = get_user_model().objects.create_user("bench", password="bench-password-1")
@@ -294,32 +383,41 @@ def main() -> int:
                 memory_mb=1024,
             )
             submitted_at[job.pk] = time.time()
-            seconds_of[job.pk] = j["seconds"]
             spec_of[job.pk] = j
         submit_seconds = time.time() - t_submit0
+        # The kubelets' and executors' part, in a process of its own (see `driver`).
+        (data / "durations.json").write_text(
+            json.dumps({pk: spec["seconds"] for pk, spec in spec_of.items()})
+        )
+        driver = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--driver", str(data)],
+            cwd=ROOT,
+            env={**os.environ},
+            stderr=open(data / "driver.log", "ab"),  # noqa: SIM115 (the process keeps it)
+        )
+        helpers.append(driver)
 
         capacity = args.nodes * GPUS_PER_NODE
-        samples: list[tuple[float, int]] = []
+        requests_before, t_requests0 = apiserver_requests(), time.time()
         passes: list[tuple[int, float]] = []
-        last_sample = 0.0
+        launch_runs: list[tuple[int, float]] = []
+        first_pass: set[int] = set()  # the burst: what the first pass admitted at once
+        last_progress = time.monotonic()
         deadline = time.monotonic() + args.limit_seconds
         while time.monotonic() < deadline:
             t0 = time.perf_counter()
             admitted = admission_pass()
             passes.append((len(admitted), time.perf_counter() - t0))
-            for job in Job.objects.filter(state=JobState.ADMITTED).order_by("admitted_at", "pk"):
-                launch_job(job)
-            while True:
-                try:
-                    job_id, rank = started.get_nowait()
-                except queue.Empty:
-                    break
-                job = Job.objects.filter(pk=job_id).first()
-                if job is not None and job.state in (JobState.STARTING, JobState.RUNNING):
-                    record_worker_status(job, rank, {"event": "started", "pid": 7})
-            if time.monotonic() - last_sample > 2:
-                samples.append((time.time(), sum(gpus_running.values())))
-                last_sample = time.monotonic()
+            if admitted and not first_pass:
+                first_pass.update(getattr(j, "pk", j) for j in admitted)
+            t0 = time.perf_counter()
+            launched = launch_admitted()  # as scheduling.tasks.admit_and_launch does
+            if launched:
+                launch_runs.append((launched, time.perf_counter() - t0))
+            if time.monotonic() - last_progress > 15:
+                last_progress = time.monotonic()
+                counts = Counter(Job.objects.values_list("state", flat=True))
+                print(f"{time.monotonic() - began:.0f} s: {dict(counts)}", file=sys.stderr)
             if not Job.objects.exclude(
                 state__in=("succeeded", "failed", "lost", "cancelled", "timed_out")
             ).exists():
@@ -327,20 +425,38 @@ def main() -> int:
             close_old_connections()
             time.sleep(0.05)
         elapsed = time.monotonic() - began
-        stop.set()
+        all_requests = apiserver_requests() - requests_before
+        requests_seconds = time.time() - t_requests0
+        for helper in helpers:
+            helper.terminate()
+        for helper in helpers:
+            helper.wait(60)
+        driven = json.loads((data / "driver.json").read_text())
+        running_at = {(job_id, rank): t for job_id, rank, t in driven["running_at"]}
+        samples = driven["gpu_samples"]
 
         states = Counter(Job.objects.values_list("state", flat=True))
-        to_running, gantry_part, cluster_part = [], [], []
+        admitted_at = {
+            pk: at.timestamp()
+            for pk, at in Job.objects.filter(admitted_at__isnull=False).values_list(
+                "pk", "admitted_at"
+            )
+        }
+        to_running, queued, gantry_part, cluster_part = [], [], [], []
+        launch_burst, launch_later = [], []
         for job_id, t_sub in submitted_at.items():
             spec = spec_of[job_id]
             ranks = [running_at.get((job_id, r)) for r in range(spec["workers"])]
-            if job_id not in launched_at:
+            if job_id not in launched_at or job_id not in admitted_at:
                 continue
-            gantry_part.append(launched_at[job_id] - t_sub)
+            t_adm, t_created = admitted_at[job_id], launched_at[job_id]
+            queued.append(t_adm - t_sub)
+            gantry_part.append(t_created - t_adm)
+            (launch_burst if job_id in first_pass else launch_later).append(t_created - t_adm)
             if all(ranks):
                 last = max(ranks)
                 to_running.append(last - t_sub)
-                cluster_part.append(last - launched_at[job_id])
+                cluster_part.append(last - t_created)
         busy = [(n, s) for n, s in passes if n]
         util = [g / capacity for _, g in samples]
         steady = util[len(util) // 4 : 3 * len(util) // 4] or util
@@ -372,8 +488,21 @@ def main() -> int:
                 "run_s": round(elapsed, 1),
                 "final_states": dict(states),
                 "submit_to_pod_running": summary(to_running),
-                "gantry_submit_to_objects_created": summary(gantry_part),
+                "queued_submit_to_admitted": summary(queued),
+                "gantry_admitted_to_objects_created": summary(gantry_part),
+                "gantry_admitted_to_objects_created_first_pass": summary(launch_burst),
+                "gantry_admitted_to_objects_created_later_passes": summary(launch_later),
                 "cluster_objects_created_to_running": summary(cluster_part),
+                "launch_concurrency": settings.GANTRY_K8S_LAUNCH_CONCURRENCY,
+                "client_qps_limits": args.client_qps_limits,
+                "launch": {
+                    "launched": sum(n for n, _ in launch_runs),
+                    "launches_per_s_in_launch_runs": round(
+                        sum(n for n, _ in launch_runs) / max(1e-9, sum(t for _, t in launch_runs)),
+                        1,
+                    ),
+                    "largest_run": max(launch_runs, default=(0, 0))[0],
+                },
                 "admission": {
                     "passes": len(passes),
                     "admitted": sum(n for n, _ in passes),
@@ -382,6 +511,11 @@ def main() -> int:
                         sum(n for n, _ in busy) / max(1e-9, sum(s for _, s in busy)), 1
                     ),
                     "largest_pass": max(busy, default=(0, 0))[0],
+                    "first_busy_pass": {
+                        "admitted": busy[0][0] if busy else 0,
+                        "seconds": round(busy[0][1], 2) if busy else None,
+                        "admissions_per_s": round(busy[0][0] / busy[0][1], 1) if busy else None,
+                    },
                 },
                 "gpu_allocation": {
                     "samples": len(util),
@@ -391,7 +525,13 @@ def main() -> int:
                 "gantry_api_requests": {
                     "total": total,
                     "per_s": round(total / max(1.0, elapsed), 1),
+                    "per_job": round(total / max(1, args.jobs), 2),
                     "by_verb": dict(verbs),
+                },
+                "apiserver_requests_all_clients": {
+                    "total": int(all_requests),
+                    "per_s": round(all_requests / max(1.0, requests_seconds), 1),
+                    "gantry_share": round(total / max(1.0, all_requests), 3),
                 },
                 "anchors": {
                     "k8s_pod_startup_slo_p99_s": 5,
@@ -407,7 +547,9 @@ def main() -> int:
             }
         )
     finally:
-        stop.set()
+        for helper in helpers:
+            if helper.poll() is None:
+                helper.kill()
         cluster.stop()
         shutil.rmtree(data, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
