@@ -15,19 +15,24 @@ counts (jobs of more than 8 GPUs become gang jobs of 8-GPU workers, at most 8 wo
 its tenants, its durations divided by 1,000 and kept within 5-60 s. All are submitted at
 once through `jobs.services.submit_job` (the API's code path, without HTTP).
 
-This process plays Gantry's background worker (admission and launch passes, back to back)
-and runs `manage.py k8s_watch`'s two watches in threads; a third thread plays what kwok
-cannot: the executor in each pod (its `started` report, given to the services as the
-HTTP view would) and the end of its command after the job's duration (the pod annotation
-kwok's pod-exit stage acts on).
+This process plays Gantry's background worker: admission passes and the launch task
+(`jobs.tasks.launch_admitted`, whose Kubernetes creates run in the backend's launch pool),
+back to back. Gantry's watcher runs as deployed, `manage.py k8s_watch` in its own
+process; a third process (`--driver`) plays what kwok cannot: the executor in each pod
+(its `started` report, given to the services as the HTTP view would) and the end of its
+command after the job's duration (the pod annotation kwok's pod-exit stage acts on).
+The controller-manager's and scheduler's client rate limits are off (as kwokctl's
+`--disable-qps-limits`; `--client-qps-limits default` keeps 20/s and 50/s).
 
-Measured, per job: submit -> pod Running, split into Gantry's part (submit -> its
-Kubernetes objects created, which includes waiting for capacity) and the cluster's own
-(objects created -> pod Running: Job controller, scheduler, kwok); admissions per second
-of the admission passes; GPUs held by Running pods against capacity, sampled; and the
-API server requests made by Gantry's ServiceAccount (from the audit log), per second
-and by verb. Anchors: the Kubernetes pod-startup SLO (p99 <= 5 s without image pulls)
-and Kueue's CI admission throughput (about 43 admissions/s).
+Measured, per job: submit -> pod Running, split into waiting in the queue (submit ->
+admitted: capacity), Gantry's launch (admitted -> its Kubernetes objects created; for the
+first pass's burst and for later passes) and the cluster's own part (objects created ->
+pod Running: Job controller, scheduler, kwok); admissions per second of the admission
+passes and launches per second of the launch task; GPUs held by Running pods against
+capacity, sampled; the API server requests made by Gantry's ServiceAccount (from the
+audit log), per second and by verb, beside all requests the API server served (its
+/metrics). Anchors: the Kubernetes pod-startup SLO (p99 <= 5 s without image pulls) and
+Kueue's CI admission throughput (about 43 admissions/s).
 """
 
 from __future__ import annotations
