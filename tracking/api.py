@@ -70,7 +70,9 @@ def _body(request) -> dict:
         for key in request.GET:
             values = request.GET.getlist(key)
             data[key] = (
-                values if len(values) > 1 or key in ("experiment_ids", "order_by") else values[0]
+                values
+                if len(values) > 1 or key in ("experiment_ids", "order_by", "run_ids")
+                else values[0]
             )
         return data
     try:
@@ -668,3 +670,23 @@ def model_versions_set_tag(request, caller, body):
 @mlflow_view("DELETE")
 def model_versions_delete_tag(request, caller, body):
     registry.delete_tag(caller, body.get("name"), body.get("key"), body.get("version"))
+
+
+@mlflow_view("GET")
+def metrics_get_history_bulk_interval(request, caller, body):
+    run_ids = body.get("run_ids") or []
+    points = services.sampled_history(
+        caller,
+        run_ids if isinstance(run_ids, list) else [run_ids],
+        body.get("metric_key"),
+        body.get("max_results"),
+        body.get("start_step"),
+        body.get("end_step"),
+    )
+    key = body.get("metric_key")
+    return {
+        "metrics": [
+            {"key": key, "value": _number(v, nan), "timestamp": ts, "step": step, "run_id": run_id}
+            for run_id, step, v, nan, ts in points
+        ]
+    }

@@ -276,7 +276,9 @@ def search_models(caller: Caller, filter_string, max_results, offset):
             # model without the tag passes a !=, as in MLflow.
             tags = RegistryTag.objects.filter(version=None, key=clause.key)
             if clause.op == "!=":
-                queryset = queryset.exclude(pk__in=tags.filter(value=clause.value).values("model_id"))
+                queryset = queryset.exclude(
+                    pk__in=tags.filter(value=clause.value).values("model_id")
+                )
                 continue
             if clause.op in ("IS NULL", "IS NOT NULL"):
                 method = queryset.exclude if clause.op == "IS NULL" else queryset.filter

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
+from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Value
 
 from projects.models import Project
 from projects.permissions import can, visible_project_ids
@@ -576,6 +577,63 @@ def metric_history(caller: Caller, run_id, key, max_results=None, offset=0):
         .values_list("key", "value", "is_nan", "timestamp", "step")[offset : offset + limit + 1]
     )
     return rows[:limit], (offset + limit if len(rows) > limit else None)
+
+
+def sampled_history(caller: Caller, run_ids, key, max_results=None, start_step=None, end_step=None):
+    """A chart's read of long metric histories: at most `max_results` points a run.
+
+    Short histories come whole. A longer one is cut into max_results/2 equal step
+    buckets, and each bucket gives its lowest and its highest value (a min/max envelope,
+    drawn at the bucket's first and last step): a spike is never averaged away, and a
+    million-point history reads as one GROUP BY over the (run, key, step) index.
+    """
+    if not isinstance(run_ids, list) or not run_ids or len(run_ids) > 100:
+        raise invalid("Name 1 to 100 runs in 'run_ids'.")
+    key = _text(key, "metric_key", MAX_KEY_LENGTH)
+    limit = _int(max_results, "max_results", default=1000, minimum=2)
+    if limit > MAX_RESULTS_HISTORY:
+        raise invalid(f"Invalid value for 'max_results': at most {MAX_RESULTS_HISTORY}.")
+    start, end = _int(start_step, "start_step"), _int(end_step, "end_step")
+    points = []
+    for run_id in run_ids:
+        run = get_run(caller, run_id)
+        rows = Metric.objects.filter(run=run, key=key)
+        if start is not None:
+            rows = rows.filter(step__gte=start)
+        if end is not None:
+            rows = rows.filter(step__lte=end)
+        span = rows.aggregate(lo=Min("step"), hi=Max("step"), n=Count("pk"))
+        if not span["n"]:
+            continue
+        if span["n"] <= limit:
+            for step, value, nan, ts in rows.order_by("step", "timestamp").values_list(
+                "step", "value", "is_nan", "timestamp"
+            ):
+                points.append((run.run_id, step, value, nan, ts))
+            continue
+        buckets = max(limit // 2, 1)
+        width = (span["hi"] - span["lo"]) // buckets + 1
+        bucket = ExpressionWrapper(
+            (F("step") - Value(span["lo"])) / Value(width), output_field=BigIntegerField()
+        )
+        grouped = (
+            rows.filter(is_nan=False)
+            .annotate(bucket=bucket)
+            .values("bucket")
+            .annotate(
+                first=Min("step"),
+                last=Max("step"),
+                low=Min("value"),
+                high=Max("value"),
+                ts=Max("timestamp"),
+            )
+            .order_by("bucket")
+        )
+        for row in grouped:
+            points.append((run.run_id, row["first"], row["low"], False, row["ts"]))
+            if row["last"] != row["first"] or row["high"] != row["low"]:
+                points.append((run.run_id, row["last"], row["high"], False, row["ts"]))
+    return points
 
 
 def search_runs(

@@ -29,6 +29,7 @@ urlpatterns = [
     path("mlflow/runs/outputs", api.runs_outputs),
     path("mlflow/runs/search", api.runs_search),
     path("mlflow/metrics/get-history", api.metrics_get_history),
+    path("mlflow/metrics/get-history-bulk-interval", api.metrics_get_history_bulk_interval),
     path("mlflow/logged-models", api.logged_models_create),
     path("mlflow/logged-models/search", api.logged_models_search),
     path("mlflow/logged-models/<str:model_id>", api.logged_model),

@@ -208,3 +208,40 @@ def test_no_token_and_a_bad_token_are_unauthenticated(live_server):
     assert anonymous.status_code == 401 and anonymous.json()["error_code"] == "UNAUTHENTICATED"
     bad = requests.post(url, json={}, headers={"Authorization": "Bearer gty_nope"}, timeout=30)
     assert bad.status_code == 401 and bad.json()["error_code"] == "UNAUTHENTICATED"
+
+
+def test_long_histories_read_downsampled_keeping_spikes(
+    mlflow_env, live_server, token_for, owner, project
+):
+    from mlflow.entities import Metric as MlflowMetric
+
+    token = token_for(owner, project)
+    client = mlflow_env(token)
+    run = client.create_run("0")
+    values = [1.0 + (step % 7) / 100 for step in range(5000)]
+    values[1234] = 50.0  # a spike
+    values[4321] = -3.0  # a dip
+    for start in range(0, 5000, 1000):
+        client.log_batch(
+            run.info.run_id,
+            metrics=[
+                MlflowMetric("loss", values[s], 1000 + s, s) for s in range(start, start + 1000)
+            ],
+        )
+    url = f"{live_server.url}/api/2.0/mlflow/metrics/get-history-bulk-interval"
+    auth = {"Authorization": f"Bearer {token}"}
+    params = {"run_ids": run.info.run_id, "metric_key": "loss", "max_results": 100}
+    points = requests.get(url, params=params, headers=auth, timeout=30).json()["metrics"]
+    assert 2 < len(points) <= 100
+    steps = [p["step"] for p in points]
+    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 4999
+    assert max(p["value"] for p in points) == 50.0 and min(p["value"] for p in points) == -3.0
+    assert {p["run_id"] for p in points} == {run.info.run_id}
+    window = requests.get(
+        url, params={**params, "start_step": 10, "end_step": 59}, headers=auth, timeout=30
+    )
+    assert [p["step"] for p in window.json()["metrics"]] == list(range(10, 60))  # short: whole
+    too_many = requests.get(url, params={**params, "max_results": 10**9}, headers=auth, timeout=30)
+    assert (
+        too_many.status_code == 400 and too_many.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    )
