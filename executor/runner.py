@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import hashlib
 import json
-import math
 import os
 import shlex
 import signal
 import subprocess
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass
 from typing import IO, Any
 
 from . import mlflow_relay, sandbox
 from .client import Client, FatalError, GiveUp, HttpError, log_stderr
+from .metrics_file import tail_metrics
+from .outputs import upload_outputs
 from .shipper import Shipper
 from .staging import StagingCancelled, StagingError, stage_inputs
 
@@ -66,6 +65,24 @@ def describe_returncode(rc: int) -> str:
 
 def exit_code_for(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
+
+
+class Ended(Exception):
+    """A step of `Runner._run_job` ends the attempt early with this outcome."""
+
+    def __init__(self, outcome: str, reason: str, code: int) -> None:
+        super().__init__(reason)
+        self.outcome, self.reason, self.code = outcome, reason, code
+
+
+@dataclass
+class _Watchers:
+    """The threads that follow a running command (see `Runner._watch`)."""
+
+    readers: list[threading.Thread]
+    tailer: threading.Thread
+    tail_stop: threading.Event
+    started_status: threading.Thread
 
 
 class Runner:
@@ -174,6 +191,21 @@ class Runner:
         return self._finish(outcome, reason, code)
 
     def _run_job(self) -> tuple[str, str, int]:
+        """Run the command once, in steps; any step may end the attempt early (`Ended`)."""
+        try:
+            command, outputs_dir = self._command_and_outputs()
+            self._stage_inputs()
+            proc = self._start(command, self._command_env(outputs_dir))
+        except Ended as ended:
+            return ended.outcome, ended.reason, ended.code
+        watchers = self._watch(proc, command)
+        rc, killed, grace = self._supervise(proc)
+        self._drain(watchers)
+        outcome, reason, code = self._outcome(rc, killed, grace)
+        return self._ship_outputs(outputs_dir, outcome, reason, code)
+
+    def _command_and_outputs(self) -> tuple[list[str], str]:
+        """The spec's argv and the outputs folder (created), or Ended for a bad spec."""
         spec = self.spec
         command = spec.get("command")
         if (
@@ -181,21 +213,24 @@ class Runner:
             or not command
             or not all(isinstance(c, str) for c in command)
         ):
-            return "failed", f"invalid command in job spec: {command!r}", EXIT_INTERNAL
+            raise Ended("failed", f"invalid command in job spec: {command!r}", EXIT_INTERNAL)
         outputs_dir = self._outputs_dir()
         if outputs_dir is None:
-            return (
+            raise Ended(
                 "failed",
                 f"invalid outputs_dir in job spec: {spec.get('outputs_dir')!r}",
                 EXIT_INTERNAL,
             )
         os.makedirs(outputs_dir, exist_ok=True)
+        return command, outputs_dir
 
+    def _stage_inputs(self) -> None:
+        """Download the inputs; Ended when staging fails or a stop came before the start."""
         try:
             stage_inputs(
                 self.client,
                 self.workdir,
-                spec.get("inputs") or [],
+                self.spec.get("inputs") or [],
                 self.log,
                 self._interrupted,
                 time.monotonic() + self.cfg.final_flush_seconds,
@@ -203,7 +238,7 @@ class Runner:
         except StagingError as exc:
             if self.client.fatal is None:
                 self.log(f"input staging failed: {exc}")
-                return "failed", f"input staging failed: {exc}", EXIT_STAGING_FAILED
+                raise Ended("failed", f"input staging failed: {exc}", EXIT_STAGING_FAILED) from exc
         except StagingCancelled:
             pass
         self._check_stop()
@@ -211,12 +246,17 @@ class Runner:
             code = EXIT_REVOKED if self.client.fatal is not None else EXIT_CANCELLED_BEFORE_START
             if self._signal is not None:
                 code = 128 + self._signal
-            return self._stop_outcome, f"{self._stop_reason} (before the command started)", code
+            raise Ended(
+                self._stop_outcome, f"{self._stop_reason} (before the command started)", code
+            )
 
+    def _command_env(self, outputs_dir: str) -> dict[str, str]:
+        """The command's environment: the executor's without its token, the spec's
+        variables, and GANTRY_* naming the job, its outputs, metrics and preempt files."""
         env = dict(os.environ)
         env.pop("GANTRY_JOB_TOKEN", None)
         env.pop(sandbox.SPEC_ENV, None)
-        for k, v in (spec.get("env") or {}).items():
+        for k, v in (self.spec.get("env") or {}).items():
             env[str(k)] = str(v)
         env.update(
             {
@@ -229,6 +269,10 @@ class Runner:
             }
         )
         env.update(self._mlflow_env())
+        return env
+
+    def _start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        """Start the command (in the sandbox when there is one), in a session of its own."""
         for stale in (self.preempt_file, self.metrics_file):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(stale)
@@ -240,9 +284,8 @@ class Runner:
                 argv = self._sandboxed(command, box)
             except OSError as exc:
                 self.log(f"cannot prepare the sandbox: {exc}")
-                return "failed", f"cannot prepare the sandbox: {exc}", EXIT_INTERNAL
-            env = sandbox.sandbox_env(env, spec.get("env") or {}, self.workdir)
-
+                raise Ended("failed", f"cannot prepare the sandbox: {exc}", EXIT_INTERNAL) from exc
+            env = sandbox.sandbox_env(env, self.spec.get("env") or {}, self.workdir)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -255,13 +298,16 @@ class Runner:
             )
         except OSError as exc:
             self.log(f"cannot start command {command[0]!r}: {exc}")
-            return (
+            raise Ended(
                 "failed",
                 f"cannot start command {command[0]!r}: {exc.strerror or exc}",
                 EXIT_CANNOT_START,
-            )
+            ) from exc
         self.proc = proc
-        started = time.monotonic()
+        return proc
+
+    def _watch(self, proc: subprocess.Popen[bytes], command: list[str]) -> _Watchers:
+        """Threads that ship the command's output and metrics and report its start."""
         readers = [
             threading.Thread(target=self._read_stream, args=(proc.stdout, "stdout"), daemon=True),
             threading.Thread(target=self._read_stream, args=(proc.stderr, "stderr"), daemon=True),
@@ -278,17 +324,24 @@ class Runner:
         )
         started_status.start()
         self.log(f"started command (pid {proc.pid}): {shlex.join(command)}")
+        return _Watchers(readers, tailer, tail_stop, started_status)
 
-        timeout = spec.get("timeout_seconds")
+    def _limits(self) -> tuple[float | None, float]:
+        """The spec's timeout (None: none) and the grace between SIGTERM and SIGKILL."""
+        timeout = self.spec.get("timeout_seconds")
         timeout = float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
-        grace = spec.get("grace_seconds")
+        grace = self.spec.get("grace_seconds")
         grace = float(grace) if isinstance(grace, (int, float)) and grace >= 0 else 10.0
+        return timeout, grace
+
+    def _supervise(self, proc: subprocess.Popen[bytes]) -> tuple[int, bool, float]:
+        """Wait for the command, stopping it (SIGTERM, then SIGKILL after the grace) on a
+        cancel, a preemption, a signal or the timeout. Returns (returncode, killed, grace)."""
+        timeout, grace = self._limits()
+        started = time.monotonic()
         term_at: float | None = None
         killed = False
-        while True:
-            rc = proc.poll()
-            if rc is not None:
-                break
+        while (rc := proc.poll()) is None:
             self._check_stop()
             now = time.monotonic()
             if self._stop_outcome is None and timeout is not None and now - started >= timeout:
@@ -309,22 +362,27 @@ class Runner:
                 self._killpg(signal.SIGKILL)
                 killed = True
             time.sleep(POLL)
+        return rc, killed, grace
 
-        # Child exited. Grandchildren may still hold the pipes open: give the
-        # readers a moment, then kill whatever is left of the process group.
-        for t in readers:
+    def _drain(self, watchers: _Watchers) -> None:
+        """The child exited. Grandchildren may still hold the pipes open: give the
+        readers a moment, then kill whatever is left of the process group."""
+        for t in watchers.readers:
             t.join(1.0)
         self._killpg(signal.SIGKILL)
-        for t in readers:
+        for t in watchers.readers:
             t.join(5.0)
-        tail_stop.set()
-        tailer.join(5.0)
+        watchers.tail_stop.set()
+        watchers.tailer.join(5.0)
         if self.relay is not None:
             self.relay.stop()
         # From now on retries are bounded by --final-flush-seconds.
         self.client.deadline = time.monotonic() + self.cfg.final_flush_seconds
-        started_status.join(max(0.0, self.client.deadline - time.monotonic()) + 1)
+        watchers.started_status.join(max(0.0, self.client.deadline - time.monotonic()) + 1)
 
+    def _outcome(self, rc: int, killed: bool, grace: float) -> tuple[str, str, int]:
+        """The attempt's outcome, reason and exit code from the command's returncode and
+        any stop that was asked for."""
         code = exit_code_for(rc)
         desc = describe_returncode(rc)
         if self._stop_outcome is not None:
@@ -339,7 +397,12 @@ class Runner:
         else:
             outcome, reason = "failed", desc
         self.log(f"command {desc}")
+        return outcome, reason, code
 
+    def _ship_outputs(
+        self, outputs_dir: str, outcome: str, reason: str, code: int
+    ) -> tuple[str, str, int]:
+        """Upload the outputs; a success whose outputs did not all arrive is a failure."""
         if self.client.fatal is None:
             failed_uploads = self._upload_outputs(outputs_dir)
             if failed_uploads and outcome == "succeeded":
@@ -507,107 +570,11 @@ class Runner:
 
     def _tail_metrics(self, stop: threading.Event) -> None:
         assert self.metrics is not None
-        buf = b""
-        pos = 0
-        warned = 0
-        while True:
-            final = stop.is_set()
-            try:
-                with open(self.metrics_file, "rb") as fh:
-                    fh.seek(pos)
-                    data = fh.read()
-            except OSError:
-                data = b""
-            if data:
-                pos += len(data)
-                buf += data
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    if not line.strip():
-                        continue
-                    item = _parse_metric(line)
-                    if item is None:
-                        if warned < 10:
-                            warned += 1
-                            self.log(f"ignoring malformed metric line: {line[:200]!r}")
-                        continue
-                    self.metrics.add(item)
-            if final:
-                break
-            stop.wait(0.1)
+        tail_metrics(self.metrics_file, self.metrics.add, self.log, stop)
 
     def _upload_outputs(self, outputs_dir: str) -> str:
         """Upload every file under outputs_dir; returns a failure note or ''."""
-        files: list[tuple[str, str]] = []
-        root = os.path.realpath(self.workdir)
-        for dirpath, dirnames, filenames in os.walk(outputs_dir):
-            dirnames.sort()
-            for name in sorted(filenames):
-                path = os.path.join(dirpath, name)
-                real = os.path.realpath(path)
-                if os.path.commonpath([root, real]) != root or not os.path.isfile(real):
-                    self.log(f"skipping output {path}: not a regular file inside the workdir")
-                    continue
-                rel = os.path.relpath(path, outputs_dir).replace(os.sep, "/")
-                files.append((rel, real))
-        if not files:
-            return ""
-        self.log(f"uploading {len(files)} output file(s)")
-        failures: list[str] = []
-        total = 0
-        for rel, real in files:
-            try:
-                size, digest = _size_and_sha256(real)
-                self.client.put_file(
-                    "artifacts/" + urllib.parse.quote(rel, safe="/"),
-                    real,
-                    size,
-                    {"X-Gantry-Worker": str(self.cfg.worker), "X-Gantry-Sha256": digest},
-                )
-                total += size
-            except FatalError:
-                return "output upload stopped: job gone or token revoked"
-            except (HttpError, GiveUp, OSError) as exc:
-                failures.append(rel)
-                self.log(f"could not upload output {rel}: {exc}")
-        if failures:
-            return f"{len(failures)} of {len(files)} output file(s) could not be uploaded"
-        self.log(f"uploaded {len(files)} output file(s) ({total} bytes)")
-        return ""
-
-
-def _size_and_sha256(path: str) -> tuple[int, str]:
-    h = hashlib.sha256()
-    n = 0
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            n += len(chunk)
-            h.update(chunk)
-    return n, h.hexdigest()
-
-
-def _parse_metric(line: bytes) -> dict[str, Any] | None:
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(rec, dict):
-        return None
-    name = rec.get("name")
-    if not isinstance(name, str) or not name:
-        return None
-    value = rec.get("value")
-    if isinstance(value, bool) or not (value is None or isinstance(value, (int, float))):
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        value = None
-    step = rec.get("step")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-        return None
-    ts = rec.get("ts")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        ts = time.time()
-    return {"step": step, "name": name, "value": value, "ts": ts}
+        return upload_outputs(self.client, self.cfg.worker, self.workdir, outputs_dir, self.log)
 
 
 def _fmt_seconds(s: float) -> str:
