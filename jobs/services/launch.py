@@ -128,7 +128,9 @@ def executor_job(job_id: int, token: str) -> tuple[Job, int] | None:
 
 
 def job_spec_for_executor(job: Job, rank: int) -> dict[str, Any]:
-    from datasets.services import inputs_for_executor
+    from django.urls import reverse
+
+    from datasets.services.inputs import inputs_for_executor
 
     backend = get_backend(job.backend)
     worker = JobWorker.objects.get(job=job, rank=rank)
@@ -142,5 +144,7 @@ def job_spec_for_executor(job: Job, rank: int) -> dict[str, Any]:
         "grace_seconds": settings.GANTRY_JOB_GRACE_SECONDS,
         "heartbeat_seconds": settings.GANTRY_HEARTBEAT_SECONDS,
         "outputs_dir": job.outputs_dir,
-        "inputs": inputs_for_executor(job),
+        "inputs": inputs_for_executor(
+            job, lambda pk: reverse("executor-dataset-file", args=[job.pk, pk])
+        ),
     }

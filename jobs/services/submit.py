@@ -53,7 +53,7 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **
     digest = pin_image(actor, project, image, backend, spec) if image is not None else None
     clean = validate_spec(spec, backend)
     # Dataset inputs are pinned to a version here, so the job reads exactly what it named.
-    from datasets.services import clean_job_inputs
+    from datasets.services.inputs import clean_job_inputs
 
     clean["inputs"] = clean_job_inputs(actor, project, clean["inputs"])
     never = first_answer(submit_check, project=project, spec=clean, backend=backend)
