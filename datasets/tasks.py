@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from core.schedules import register_minute_schedules
 from datasets.services import archives, bucket_imports, cleanup, commits
 
 logger = logging.getLogger(__name__)
@@ -50,15 +51,4 @@ def collect_garbage() -> int:
 
 
 def register_schedules(**kwargs) -> None:
-    from django_q.models import Schedule
-
-    for name, (func, minutes) in SCHEDULES.items():
-        Schedule.objects.update_or_create(
-            name=name,
-            defaults={
-                "func": func,
-                "schedule_type": Schedule.MINUTES,
-                "minutes": minutes,
-                "repeats": -1,
-            },
-        )
+    register_minute_schedules(SCHEDULES)

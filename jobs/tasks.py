@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from core.schedules import register_minute_schedules
 from jobs.backends import get_backend
 from jobs.models import Job
 from jobs.services.launch import launch_job
@@ -128,18 +129,7 @@ def cleanup() -> int:
 
 def register_schedules(**kwargs) -> None:
     """Create or update the django-q Schedule rows (idempotent; a post_migrate handler)."""
-    from django_q.models import Schedule
-
-    for name, (func, minutes) in SCHEDULES.items():
-        Schedule.objects.update_or_create(
-            name=name,
-            defaults={
-                "func": func,
-                "schedule_type": Schedule.MINUTES,
-                "minutes": minutes,
-                "repeats": -1,
-            },
-        )
+    register_minute_schedules(SCHEDULES)
 
 
 def on_worker_spawn(**kwargs) -> None:
