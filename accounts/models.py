@@ -220,3 +220,74 @@ class ApiToken(models.Model):
         if not self.is_active:
             return "expired"
         return "active"
+
+
+class InvitationQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        """Invitations carry people's addresses: only the tenant's owners and admins (and
+        lab administrators) see them."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_superuser:
+            return self
+        return self.filter(tenant__in=Tenant.objects.administered_by(user))
+
+    def pending(self):
+        return self.filter(
+            accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=timezone.now()
+        )
+
+
+class Invitation(models.Model):
+    """An emailed invitation to join a tenant with a role (and optionally a project role).
+
+    The link carries a random secret; only its SHA-256 is stored, so the table alone
+    cannot be used to accept. It works once, until `expires_at`, unless revoked. The roles
+    are granted on acceptance, not before (accounts.invitations).
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=16, choices=TenantRole.choices, default=TenantRole.MEMBER)
+    # accounts sits below projects: the project and its role are named, not imported.
+    project = models.ForeignKey(
+        "projects.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    project_role = models.CharField(max_length=16, blank=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = InvitationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"invitation of {self.email} to {self.tenant}"
+
+    def get_absolute_url(self):
+        return reverse("accounts:tenant_detail", args=[self.tenant_id])
+
+    @property
+    def status(self) -> str:
+        if self.accepted_at:
+            return "accepted"
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "pending"
