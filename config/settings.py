@@ -358,6 +358,29 @@ AXES_RESET_ON_SUCCESS = True
 AXES_USERNAME_CALLABLE = "accounts.lockout.username"
 AXES_CLIENT_IP_CALLABLE = "accounts.lockout.client_ip"
 AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
+
+# --- Email (invitations, accounts/invitations.py) --------------------------------
+# Development prints mail on the server's console; production sends through SMTP.
+EMAIL_BACKEND = _get(
+    "str",
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = _get("str", "EMAIL_HOST", "localhost")
+EMAIL_PORT = _get("int", "EMAIL_PORT", 25)
+EMAIL_HOST_USER = _get("str", "EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = _get("str", "EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _get("bool", "EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = _get("int", "EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = _get("str", "DEFAULT_FROM_EMAIL", "Gantry <gantry@localhost>")
+# How long an invitation link works (days), unless the inviter picks another expiry.
+GANTRY_INVITATION_DAYS = _get("int", "GANTRY_INVITATION_DAYS", 7)
+if not 1 <= GANTRY_INVITATION_DAYS <= 90:
+    _fail("GANTRY_INVITATION_DAYS", f"a number of days, 1 to 90, not {GANTRY_INVITATION_DAYS}")
+# The service that grants an invitation's project role: accounts sits below projects.
+GANTRY_PROJECT_MEMBERS = "projects.services.PROJECT_MEMBERS"
 AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins: Gantry's audit log has them
 AXES_VERBOSE = False  # a log line per failed sign-in; lockouts are in the audit log
 

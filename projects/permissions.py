@@ -46,6 +46,9 @@ MATRIX: dict[str, Rule] = {
     "tenant.delete": Rule(TENANT, TenantRole.OWNER),
     "membership.view": Rule(TENANT, TenantRole.MEMBER),
     "membership.manage": Rule(TENANT, TenantRole.ADMIN),
+    # Invitations carry people's addresses: owners and admins only, to see and to send.
+    "invitation.view": Rule(TENANT, TenantRole.ADMIN),
+    "invitation.manage": Rule(TENANT, TenantRole.ADMIN),
     "project.create": Rule(TENANT, TenantRole.MEMBER),
     "quota.view": Rule(TENANT, TenantRole.MEMBER),
     "quota.change": Rule(TENANT, TenantRole.ADMIN),
