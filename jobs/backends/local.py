@@ -400,6 +400,7 @@ class LocalBackend(Backend):
 
     def _launch_workers(self, job, token_for_rank, boxed, base_env, netns_fd) -> None:
         from jobs.models import JobKind, JobWorker
+        from jobs.services.launch import record_worker_process
 
         shm = None
         if boxed and job.kind == JobKind.DISTRIBUTED:
@@ -408,10 +409,7 @@ class LocalBackend(Backend):
         for worker in JobWorker.objects.filter(job=job).order_by("rank"):
             workdir = self.workdir(job, worker.rank)
             workdir.mkdir(parents=True, exist_ok=True)
-            if job.kind == JobKind.NOTEBOOK:
-                # No host and port: JupyterLab listens on NOTEBOOK_SOCKET in the workdir.
-                worker.host, worker.port = "", None
-                worker.notebook_token = secrets.token_urlsafe(24)
+            notebook_token = secrets.token_urlsafe(24) if job.kind == JobKind.NOTEBOOK else None
             env = {
                 **base_env,
                 "GANTRY_JOB_TOKEN": token_for_rank(worker.rank),
@@ -453,11 +451,12 @@ class LocalBackend(Backend):
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(proc.pid, cpus)
             self._children[proc.pid] = proc
-            worker.pid = proc.pid
-            worker.pid_start_time = process_start_time(proc.pid)
-            worker.workdir = str(workdir)
-            worker.save(
-                update_fields=["pid", "pid_start_time", "workdir", "host", "port", "notebook_token"]
+            record_worker_process(
+                worker,
+                pid=proc.pid,
+                pid_start_time=process_start_time(proc.pid),
+                workdir=str(workdir),
+                notebook_token=notebook_token,
             )
 
     def on_worker_started(self, worker) -> None:

@@ -90,6 +90,26 @@ def launch_job(job: Job) -> bool:
     return True
 
 
+def record_worker_process(
+    worker: JobWorker,
+    *,
+    pid: int,
+    pid_start_time: int | None,
+    workdir: str,
+    notebook_token: str | None = None,
+) -> None:
+    """A backend started a worker's executor: its process (pid and start time, so a
+    reused pid is never mistaken for it), its working directory and, for a notebook, the
+    token the proxy presents (no host and port: JupyterLab listens on a socket in the
+    workdir). Backends record what they start through here, never by saving a worker."""
+    worker.pid, worker.pid_start_time, worker.workdir = pid, pid_start_time, workdir
+    fields = ["pid", "pid_start_time", "workdir"]
+    if notebook_token is not None:
+        worker.host, worker.port, worker.notebook_token = "", None, notebook_token
+        fields += ["host", "port", "notebook_token"]
+    worker.save(update_fields=fields)
+
+
 def device_holder(job: Job) -> Job | None:
     """A launched job still holding GPUs or CPU slots promised to `job` (a job being
     preempted for it, within its grace period), or None."""
