@@ -1,7 +1,9 @@
 from django import forms, template
 from django.urls import NoReverseMatch, reverse
-from django.utils.html import format_html_join
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 
+from core import formatting
 from core.access import can as matrix_can
 
 register = template.Library()
@@ -87,10 +89,65 @@ def role_badge(role):
     return colours.get(role, "text-bg-secondary")
 
 
+# The one formatter (core/formatting.py) as filters: every template shows sizes,
+# durations and numbers through these, never Django's filesizeformat or floatformat.
+
+
 @register.filter
-def filesizeformat_mb(value):
-    """MiB as a readable size: 15360 -> '15.0 GiB'."""
-    if value in (None, ""):
-        return "—"
-    value = float(value)
-    return f"{value / 1024:.1f} GiB" if value >= 1024 else f"{value:.0f} MiB"
+def size(value):
+    """Bytes: `{{ file.size|size }}` -> '18.7 KiB'."""
+    return formatting.format_size(value)
+
+
+@register.filter
+def size_mb(value):
+    """MiB (memory, quotas) by the same rule: 2048 -> '2.0 GiB'."""
+    return formatting.format_size_mb(value)
+
+
+# The old name, kept for templates not yet swapped.
+filesizeformat_mb = register.filter("filesizeformat_mb", size_mb)
+
+
+@register.filter
+def duration(value):
+    """Seconds or a timedelta: 192 -> '3 min 12 s'."""
+    return formatting.format_duration(value)
+
+
+@register.filter
+def number(value):
+    """Counts with separators, measurements with four significant digits."""
+    return formatting.format_number(value)
+
+
+@register.filter
+def metric(value):
+    """A logged metric's value: four significant digits."""
+    return formatting.format_number(value)
+
+
+@register.filter
+def display(value):
+    """A stored value typed for reading: None as '—', JSON objects as JSON."""
+    return formatting.format_value(value)
+
+
+@register.filter
+def when(value):
+    """A time as 'relative' with the absolute one on hover: `{{ job.finished_at|when }}`."""
+    if not value:
+        return formatting.DASH
+    absolute = timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+    ago = formatting.format_ago((timezone.now() - value).total_seconds())
+    return format_html('<time datetime="{}" title="{}">{}</time>', value.isoformat(), absolute, ago)
+
+
+@register.filter
+def elapsed(job):
+    """How long a job ran (or has been running): started -> finished, or -> now."""
+    started = getattr(job, "started_at", None)
+    if not started:
+        return formatting.DASH
+    end = getattr(job, "finished_at", None) or timezone.now()
+    return formatting.format_duration(end - started)

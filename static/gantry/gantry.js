@@ -17,3 +17,19 @@ function applyWidths(root) {
   root.querySelectorAll("[data-width]").forEach((el) => { el.style.width = `${el.dataset.width}%`; });
 }
 if (window.htmx) htmx.onLoad(applyWidths); else document.addEventListener("DOMContentLoaded", () => applyWidths(document));
+// The one size rule of core/formatting.py (format_size), for pages that count bytes in
+// the browser (uploads): binary units, one decimal above 1 KiB. Same bytes, same words.
+window.gantryFormat = {
+  size(bytes) {
+    if (bytes === null || bytes === undefined || !Number.isFinite(Number(bytes))) return "—";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let n = Math.abs(Number(bytes));
+    const sign = Number(bytes) < 0 ? "-" : "";
+    if (n < 1024) return `${sign}${Math.round(n)} B`;
+    let unit = 0;
+    while (n >= 1024 && unit < units.length - 1) { n /= 1024; unit++; }
+    const tenths = (x) => Math.floor(x * 10 + 0.5) / 10;  // as core/formatting.py's _tenths
+    if (tenths(n) >= 1024 && unit < units.length - 1) { n /= 1024; unit++; }
+    return `${sign}${tenths(n).toFixed(1)} ${units[unit]}`;
+  },
+};

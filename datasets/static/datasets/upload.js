@@ -56,12 +56,8 @@
   }
   $("clear").addEventListener("click", () => { if (!busy) { picked = new Map(); render(); } });
 
-  function human(n) {
-    const units = ["B", "KB", "MB", "GB", "TB"];
-    let i = 0;
-    while (n >= 1000 && i < units.length - 1) { n /= 1000; i++; }
-    return i ? `${n.toFixed(1)} ${units[i]}` : `${n} B`;
-  }
+  // The one size rule (core/formatting.py), from gantry.js: the version page says the same.
+  const human = (n) => window.gantryFormat.size(n);
   function render() {
     const body = $("files");
     body.replaceChildren();
