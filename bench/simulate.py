@@ -181,6 +181,37 @@ def _trace_cache(path):
     return _TRACE[path]
 
 
+def trace_shaped_snapshot(seed: int = 1, running_n: int = 4_000, pending_n: int = 10_000):
+    """The issue's case: 18 tenants (Philly-like weights), 1,000 8-GPU nodes, about 4,000
+    running and 10,000 pending jobs, mostly 1 GPU (Philly's mix), standard time limits."""
+    rng = random.Random(seed)
+    nodes = [Node(f"n{i:04d}", 8, 64, 512_000) for i in range(1000)]
+    tenants = [f"vc{i:02d}" for i in range(18)]
+    weights = [rng.choice([1, 2, 4, 8]) for _ in tenants]
+    quotas = {t: Quota(t, 8000 * w // sum(weights), 4000) for t, w in zip(tenants, weights, strict=True)}
+    limits = (900, 1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800, 259_200, 604_800)
+
+    def mk(i: int, t0: float) -> JobRequest:
+        g = rng.choice([1] * 17 + [2, 4, 8, 16])
+        w, gpw = (1, g) if g <= 8 else (g // 8, 8)
+        return JobRequest(f"j{i}", rng.choices(tenants, weights)[0], 0, t0, w, gpw, 8 * gpw,
+                          64_000 * gpw, float(rng.choice(limits)))
+
+    running, free, i, k = [], [8] * len(nodes), 0, 0
+    while len(running) < running_n:
+        r = mk(i, -rng.uniform(0, 86_400))
+        i += 1
+        if r.workers > 1:
+            continue
+        while free[k % len(nodes)] < r.gpus_per_worker:
+            k += 1
+        n = k % len(nodes)
+        free[n] -= r.gpus_per_worker
+        running.append(RunningJob(r, {nodes[n].name: 1}, r.submit_time + rng.uniform(0, 3600)))
+    pending = [mk(100_000 + j, -rng.uniform(0, 86_400)) for j in range(pending_n)]
+    return Snapshot(nodes, quotas, running, pending, {t: rng.uniform(0, 1e7) for t in tenants})
+
+
 def micro_benchmark(repeats: int, seed: int = 1) -> dict:
     rng = random.Random(seed)
     nodes = [Node(f"n{i:04d}", 8, 64, 512_000) for i in range(1000)]
@@ -204,6 +235,7 @@ def micro_benchmark(repeats: int, seed: int = 1) -> dict:
         "full_cluster": Snapshot(nodes, quotas, running, pending, history),
         "half_empty_cluster": Snapshot(nodes, quotas, running[: len(running) // 2], pending,
                                        history),
+        "trace_shaped": trace_shaped_snapshot(seed),
     }
     for name, snap in scenarios.items():
         times = []
