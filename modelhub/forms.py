@@ -28,22 +28,34 @@ class VersionUploadForm(forms.Form):
     tags = TagsField(required=False, help_text="Comma-separated.")
 
 
+class FileLabel(str):
+    """A file choice's label: reads as its path, and carries its size for the template."""
+
+    def __new__(cls, path: str, size: int):
+        label = super().__new__(cls, path)
+        label.size = size
+        return label
+
+
 class RegisterFromJobForm(forms.Form):
     model = forms.ModelChoiceField(queryset=None, required=False, empty_label="— a new model —")
     model_name = forms.CharField(max_length=200, required=False, label="New model name")
     paths = forms.MultipleChoiceField(
         choices=(),
         required=False,
-        widget=forms.CheckboxSelectMultiple,
+        widget=forms.CheckboxSelectMultiple(attrs={"class": "form-check-input"}),
         label="Files",
         help_text="None ticked: all of the job's output files.",
     )
-    description = forms.CharField(max_length=500, required=False)
+    description = forms.CharField(
+        max_length=500, required=False, help_text="Shown on the version's page."
+    )
 
     def __init__(self, *args, models, paths, **kwargs):
+        """`paths`: the job's output files as (path, size in bytes)."""
         super().__init__(*args, **kwargs)
         self.fields["model"].queryset = models
-        self.fields["paths"].choices = [(p, p) for p in paths]
+        self.fields["paths"].choices = [(path, FileLabel(path, size)) for path, size in paths]
 
 
 class AliasForm(forms.Form):

@@ -135,6 +135,7 @@ class RegisterFromJobView(ServiceFormView):
     model = Job
     permission_action = "model.register"
     form_class = RegisterFromJobForm
+    template_name = "modelhub/register_form.html"
     title = "Register as a model"
     submit_label = "Register version"
     success_message = "Registered {object}."
@@ -142,7 +143,7 @@ class RegisterFromJobView(ServiceFormView):
     def get_form_kwargs(self, job):
         return {
             "models": RegisteredModel.objects.filter(project=job.project),
-            "paths": list(job.artifacts.filter(worker=0).values_list("path", flat=True)),
+            "paths": list(job.artifacts.filter(worker=0).values_list("path", "size")),
         }
 
     def perform(self, form, job):

@@ -308,6 +308,28 @@
   const metricSeq = {};
   let chartTimer = null;
 
+  // Metric values with four significant digits (as the pages' `metric` filter), not 16.
+  function formatMetric(v) {
+    if (v === null || v === undefined || !Number.isFinite(v)) return "—";
+    if (v === 0) return "0";
+    const a = Math.abs(v);
+    if (a >= 1e15 || a < 1e-3) return v.toExponential(3).replace(/\.?0+e/, "e");
+    if (a >= 1000) return Math.round(v).toLocaleString("en-US");
+    return String(Number(v.toPrecision(4)));
+  }
+
+  // A series with one point (or a few far apart) has no line to draw: show its points,
+  // and give a single x value a range around it.
+  function showPoints(u, seriesIdx) {
+    const ys = u.data[seriesIdx] || [];
+    let n = 0;
+    for (const y of ys) if (y !== null && y !== undefined) n++;
+    return n <= 30;
+  }
+  function padSingle(u, min, max) {
+    return min === max ? [min - 1, max + 1] : [min, max];
+  }
+
   function addPoints(points) {
     for (const p of points) {
       if (p.seq <= (metricSeq[p.worker] || 0)) continue;
@@ -352,19 +374,31 @@
           chart.el.dataset.metric = name;
           const h = document.createElement("h3");
           h.textContent = name;
+          chart.last = document.createElement("span");
+          chart.last.className = "metric-last text-muted ms-2";
+          h.appendChild(chart.last);
           chart.el.appendChild(h);
           chartsEl.appendChild(chart.el);
         }
         chart.plot = new uPlot({
           width, height: 220,
-          scales: { x: { time: false } },
-          series: [{ label: "step" }, ...workers.map((w, i) => ({ label: workers.length > 1 ? `worker ${w}` : name, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true }))],
+          scales: { x: { time: false, range: padSingle } },
+          series: [{ label: "step" }, ...workers.map((w, i) => ({ label: workers.length > 1 ? `worker ${w}` : name, stroke: PALETTE[i % PALETTE.length], width: 1.5, spanGaps: true, value: (u, v) => formatMetric(v), points: { show: showPoints, size: 7, fill: PALETTE[i % PALETTE.length] } }))],
+          axes: [{}, { values: (u, ticks) => ticks.map(formatMetric) }],
           legend: { show: workers.length > 1 },
         }, data, chart.el);
       } else {
         chart.plot.setData(data);
       }
       chart.el.dataset.points = String(data[0].length);
+      // The latest value of the first worker's series: rounded, the full value on hover.
+      const ys = data[1] || [];
+      let lastValue = null;
+      for (let i = ys.length - 1; i >= 0; i--) if (ys[i] !== null) { lastValue = ys[i]; break; }
+      if (chart.last && lastValue !== null) {
+        chart.last.textContent = `last ${formatMetric(lastValue)}`;
+        chart.last.title = String(lastValue);
+      }
     }
     metricEmptyEl.classList.toggle("d-none", charts.size > 0);
   }
@@ -377,7 +411,6 @@
   // --- status ------------------------------------------------------------------------------
   const stateEl = document.getElementById("job-state");
   const reasonEl = document.getElementById("job-reason");
-  const timelineEl = document.getElementById("job-timeline");
   let lastEvent = Number(page.dataset.lastEvent || 0);
   let terminal = false;
 
@@ -386,11 +419,16 @@
     stateEl.textContent = msg.label;
     stateEl.dataset.state = msg.state;
     reasonEl.textContent = msg.reason;
+    // The live panel's refresh (HTMX, below) replaces the timeline with the stored one;
+    // until it arrives, the event is shown from the message, once.
+    const timelineEl = document.getElementById("job-timeline");
     for (const e of msg.events) {
       if (e.id <= lastEvent) continue;
       lastEvent = e.id;
+      if (timelineEl && timelineEl.querySelector(`[data-event="${e.id}"]`)) continue;
       const li = document.createElement("li");
       li.className = "list-group-item";
+      li.dataset.event = String(e.id);
       const at = document.createElement("span");
       at.className = "text-muted";
       at.textContent = new Date(e.at).toISOString().replace("T", " ").slice(0, 19);
