@@ -4,10 +4,10 @@ from rest_framework import generics, mixins, serializers, viewsets
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 
-from accounts import services
+from accounts import invitations, services
 from accounts.filters import ApiTokenFilterSet, MembershipFilterSet, TenantFilterSet
 from accounts.members import MemberService
-from accounts.models import ApiToken, Membership, Tenant, TokenScope
+from accounts.models import ApiToken, Invitation, Membership, Tenant, TokenScope
 from core.access import get_object_for_user, token_of
 from core.api import RestrictedViewSetMixin, VisibleRelatedField
 
@@ -247,3 +247,86 @@ class MeView(generics.RetrieveAPIView):
 
     def get_object(self):
         return self.request.user
+
+
+class InvitationSerializer(serializers.ModelSerializer):
+    """An invitation as its tenant's admins see it (never its secret: the link goes by
+    email only). On create, `days` is how long the link works."""
+
+    tenant = VisibleRelatedField(queryset=Tenant.objects.all())
+    project = VisibleRelatedField(queryset=Project.objects.all(), required=False, allow_null=True)
+    role = serializers.ChoiceField(choices=invitations.INVITABLE_ROLES, default="member")
+    project_role = serializers.CharField(required=False, allow_blank=True, default="")
+    invited_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    accepted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    status = serializers.CharField(read_only=True)
+    days = serializers.IntegerField(
+        write_only=True, required=False, min_value=1, max_value=invitations.MAX_DAYS
+    )
+
+    class Meta:
+        model = Invitation
+        fields = [
+            "id",
+            "tenant",
+            "email",
+            "role",
+            "project",
+            "project_role",
+            "invited_by",
+            "created_at",
+            "expires_at",
+            "accepted_at",
+            "accepted_by",
+            "revoked_at",
+            "status",
+            "days",
+        ]
+        read_only_fields = ["id", "created_at", "expires_at", "accepted_at", "revoked_at"]
+
+
+class InvitationViewSet(
+    RestrictedViewSetMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Invitations by email, for automation: only a tenant's owners and admins see or send
+    them. DELETE withdraws one (the row is kept for the record)."""
+
+    queryset = Invitation.objects.none()
+    serializer_class = InvitationSerializer
+    permission_actions = {
+        "list": "invitation.view",
+        "retrieve": "invitation.view",
+        "create": "invitation.manage",
+        "destroy": "invitation.manage",
+    }
+
+    def get_queryset(self):
+        return super().get_queryset().select_related("invited_by", "accepted_by")
+
+    def perform_create(self, serializer):
+        data = serializer.validated_data
+        tenant = get_object_for_user(
+            self.request.user,
+            Tenant,
+            "invitation.manage",
+            token=token_of(self.request),
+            pk=data["tenant"].pk,
+        )
+        serializer.instance = invitations.invite(
+            actor=self.request.user,
+            tenant=tenant,
+            email=data["email"],
+            role=data["role"],
+            project=data.get("project"),
+            project_role=data.get("project_role", ""),
+            days=data.get("days"),
+            base_url=self.request.build_absolute_uri("/"),
+        )
+
+    def perform_destroy(self, instance):
+        invitations.revoke_invitation(actor=self.request.user, invitation=instance)

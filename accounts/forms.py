@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.text import slugify
 
-from accounts.models import ApiToken, Tenant, TenantRole
+from accounts.models import ApiToken, Invitation, Tenant, TenantRole
 
 User = get_user_model()
 
@@ -85,3 +85,46 @@ class ApiTokenForm(forms.Form):
     def expires_at(self):
         days = self.cleaned_data.get("expires_in_days")
         return timezone.now() + timedelta(days=days) if days else None
+
+
+INVITATION_DAYS = [("1", "1 day"), ("7", "7 days"), ("30", "30 days")]
+
+
+class InvitationForm(forms.Form):
+    email = forms.EmailField(max_length=254)
+    role = forms.ChoiceField(
+        choices=[(r.value, r.label) for r in (TenantRole.MEMBER, TenantRole.ADMIN)],
+        initial=TenantRole.MEMBER,
+    )
+    project = forms.ModelChoiceField(
+        queryset=None, required=False, empty_label="No project role", help_text="Optional."
+    )
+    project_role = forms.ChoiceField(required=False, label="Project role")
+    days = forms.TypedChoiceField(
+        choices=INVITATION_DAYS, coerce=int, initial="7", label="Link works for"
+    )
+
+    def __init__(self, *args, tenant, user, **kwargs):
+        from accounts.invitations import project_roles
+
+        super().__init__(*args, **kwargs)
+        projects = Invitation._meta.get_field("project").related_model.objects
+        self.fields["project"].queryset = projects.visible_to(user).filter(tenant=tenant)
+        self.fields["project_role"].choices = [("", "—")] + [
+            (role, role.capitalize()) for role in project_roles()
+        ]
+
+
+class InvitationSignUpForm(forms.Form):
+    """The account an invitation creates; the password is checked by Django's validators
+    (in accounts.invitations, which raises on `password1`)."""
+
+    username = forms.CharField(max_length=150, help_text="Letters, digits and @ . + - _ only.")
+    password1 = forms.CharField(label="Password", strip=False, widget=forms.PasswordInput)
+    password2 = forms.CharField(label="Password again", strip=False, widget=forms.PasswordInput)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("password1") and data.get("password1") != data.get("password2"):
+            self.add_error("password2", "The two passwords differ.")
+        return data

@@ -16,5 +16,21 @@ urlpatterns = [
     path(
         "settings/tokens/<int:pk>/revoke/", views.ApiTokenRevokeView.as_view(), name="token_revoke"
     ),
+    path(
+        "tenants/<int:pk>/invitations/new/",
+        views.InvitationCreateView.as_view(),
+        name="invitation_add",
+    ),
+    path(
+        "invitations/<int:pk>/revoke/",
+        views.InvitationRevokeView.as_view(),
+        name="invitation_revoke",
+    ),
+    # The emailed link: reachable signed out (its secret is the credential).
+    path(
+        "invitations/accept/<str:key>/",
+        views.InvitationAcceptView.as_view(),
+        name="invitation_accept",
+    ),
     path("switch-tenant/", views.SwitchTenantView.as_view(), name="switch_tenant"),
 ]

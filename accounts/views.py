@@ -1,7 +1,10 @@
+from urllib.parse import urlencode
+
 from django.contrib import messages
+from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
@@ -9,16 +12,18 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 
-from accounts import services
+from accounts import invitations, services
 from accounts.filters import ApiTokenFilterSet, TenantFilterSet
 from accounts.forms import (
     ApiTokenForm,
+    InvitationForm,
+    InvitationSignUpForm,
     MemberAddForm,
     MemberRoleForm,
     TenantForm,
 )
 from accounts.members import MemberService
-from accounts.models import ApiToken, Tenant
+from accounts.models import ApiToken, Invitation, Tenant
 from core.views import (
     GantryView,
     ObjectDeleteView,
@@ -57,6 +62,10 @@ class TenantDetailView(ObjectDetailView):
             "projects": tenant.projects.visible_to(self.request.user),
             "memberships": tenant.memberships.select_related("user"),
             "add_member_form": MemberAddForm(),
+            "invitations": Invitation.objects.visible_to(self.request.user)
+            .filter(tenant=tenant)
+            .pending()
+            .select_related("invited_by", "project"),
         }
 
 
@@ -276,3 +285,126 @@ class GantryLoginView(auth_views.LoginView):
         from accounts.oidc import login_button_context
 
         return {**super().get_context_data(**kwargs), **login_button_context(self.request)}
+
+
+class InvitationCreateView(ServiceFormView):
+    """A tenant admin invites someone by email address (accounts.invitations)."""
+
+    model = Tenant
+    permission_action = "invitation.manage"
+    form_class = InvitationForm
+    title = "Invite someone"
+    submit_label = "Send invitation"
+    success_message = "Sent an invitation to {object.email}."
+
+    def get_form_kwargs(self, tenant):
+        return {"tenant": tenant, "user": self.request.user}
+
+    def perform(self, form, tenant):
+        data = form.cleaned_data
+        return invitations.invite(
+            actor=self.request.user,
+            tenant=tenant,
+            email=data["email"],
+            role=data["role"],
+            project=data["project"],
+            project_role=data["project_role"],
+            days=data["days"],
+            base_url=self.request.build_absolute_uri("/"),
+        )
+
+
+class InvitationRevokeView(GantryView):
+    model = Invitation
+    permission_action = "invitation.manage"
+    http_method_names = ["post"]
+
+    def post(self, request, pk):
+        invitation = self.get_object()
+        try:
+            invitations.revoke_invitation(actor=request.user, invitation=invitation)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(request, f"Withdrew the invitation of {invitation.email}.")
+        return redirect(invitation.get_absolute_url())
+
+
+class InvitationAcceptView(View):
+    """The emailed link: anyone holding it may open it (the secret is the credential).
+    Signed out, it creates an account; signed in (a local or single sign-on account), it
+    joins with that account. A link that cannot be accepted says why, and changes nothing."""
+
+    template_name = "accounts/invitation_accept.html"
+
+    def _page(self, request, key, invitation, form=None, status=200):
+        from accounts.oidc import login_button_context
+
+        here = request.path
+        context = {
+            "invitation": invitation,
+            "form": form or InvitationSignUpForm(),
+            "login_url": reverse("login") + "?" + urlencode({"next": here}),
+        }
+        if not request.user.is_authenticated:
+            request_with_next = _WithNext(request, here)
+            context.update(login_button_context(request_with_next))
+        return render(request, self.template_name, context, status=status)
+
+    def _refused(self, request, error):
+        return render(
+            request,
+            "accounts/invitation_invalid.html",
+            {"message": error.message},
+            status=error.status,
+        )
+
+    def get(self, request, key):
+        try:
+            invitation = invitations.find_invitation(key)
+        except invitations.InvitationError as error:
+            return self._refused(request, error)
+        return self._page(request, key, invitation)
+
+    def post(self, request, key):
+        form = None
+        try:
+            if request.user.is_authenticated:
+                invitation, user = invitations.accept_invitation(key=key, user=request.user)
+            else:
+                form = InvitationSignUpForm(data=request.POST)
+                if not form.is_valid():
+                    return self._page(request, key, invitations.find_invitation(key), form, 400)
+                invitation, user = invitations.accept_invitation(
+                    key=key,
+                    username=form.cleaned_data["username"],
+                    password=form.cleaned_data["password1"],
+                )
+                login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        except invitations.InvitationError as error:
+            return self._refused(request, error)
+        except (ValidationError, PermissionDenied) as exc:
+            try:
+                invitation = invitations.find_invitation(key)
+            except invitations.InvitationError as error:
+                return self._refused(request, error)
+            form = form or InvitationSignUpForm()
+            if isinstance(exc, ValidationError):
+                apply_service_errors(form, exc)
+            else:
+                form.add_error(None, str(exc) or "You may not accept this invitation.")
+            return self._page(request, key, invitation, form, status=400)
+        request.session["tenant_id"] = invitation.tenant_id
+        messages.success(
+            request,
+            f"Welcome to {invitation.tenant}, {user.username}: you are its {invitation.role}.",
+        )
+        return redirect(invitation.tenant)
+
+
+class _WithNext:
+    """A request whose `next` is the invitation page (for the single sign-on button)."""
+
+    def __init__(self, request, next_url):
+        self.GET = {"next": next_url}
+        self.POST = {}

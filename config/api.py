@@ -2,7 +2,7 @@
 
 from rest_framework.routers import DefaultRouter
 
-from accounts.api import ApiTokenViewSet, MembershipViewSet, TenantViewSet
+from accounts.api import ApiTokenViewSet, InvitationViewSet, MembershipViewSet, TenantViewSet
 from datasets.api import (
     DatasetFileViewSet,
     DatasetVersionViewSet,
@@ -21,6 +21,7 @@ router.register("memberships", MembershipViewSet, basename="membership")
 router.register("projects", ProjectViewSet, basename="project")
 router.register("project-members", ProjectMemberViewSet, basename="projectmember")
 router.register("tokens", ApiTokenViewSet, basename="apitoken")
+router.register("invitations", InvitationViewSet, basename="invitation")
 router.register("jobs", JobViewSet, basename="job")
 router.register("artifacts", ArtifactViewSet, basename="artifact")
 router.register("images", RuntimeImageViewSet, basename="image")
