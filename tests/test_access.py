@@ -16,7 +16,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from drf_spectacular.generators import SchemaGenerator
 
 from accounts import services as account_services
-from accounts.models import ApiToken, Membership, Tenant
+from accounts.invitations import invite
+from accounts.models import ApiToken, Invitation, Membership, Tenant
 from jobs.models import Artifact, Job
 from jobs.services.outputs import store_artifact
 from jobs.services.submit import submit_job
@@ -30,6 +31,8 @@ ROLES = ["owner", "member", "outsider"]
 PUBLIC = {"login", "logout", "api-schema", "api-docs", "healthz"}
 # Single sign-on's own steps (tests/accounts/test_oidc.py drives them against a real provider).
 PUBLIC |= {"oidc_authentication_init", "oidc_authentication_callback", "oidc_logout"}
+# An invitation's emailed link: its secret is the credential (tests/accounts/test_invitations.py).
+PUBLIC |= {"accounts:invitation_accept"}
 # Pages that only answer 200 with something running behind them: the walk checks that
 # signed-out users are sent to log in and outsiders get 404; the named test file covers
 # the allowed side against the real thing.
@@ -63,6 +66,7 @@ PAGES = sorted(
 def _objects(tenant, project, owner, member):
     """One object of every model a URL can name, all inside lab-a."""
     token, _ = account_services.create_api_token(actor=owner, name="ci")
+    invitation = invite(actor=owner, tenant=tenant, email="invitee@example.org")
     job = submit_job(owner, project, name="ci", command="python -c pass")
     artifact = _artifact(job)
     return {
@@ -71,6 +75,7 @@ def _objects(tenant, project, owner, member):
         Membership: Membership.objects.get(tenant=tenant, user=member),
         ProjectMember: ProjectMember.objects.get(project=project, user=owner),
         ApiToken: token,
+        Invitation: invitation,
         Job: job,
         Artifact: artifact,
         **access_objects(tenant, project, owner),
