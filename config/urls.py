@@ -5,9 +5,9 @@ from mozilla_django_oidc.views import OIDCLogoutView
 
 from accounts.views import GantryLoginView
 from config.api import router
+from config.views import HomeView
 from core.api import api_not_found
 from core.views import AuditEventListView, healthz
-from projects.views import HomeView
 
 api_patterns = [
     path("v1/executor/", include("jobs.executor_api")),

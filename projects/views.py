@@ -1,32 +1,12 @@
-from django.contrib.auth.mixins import LoginRequiredMixin
 from django.urls import reverse
-from django.views.generic import TemplateView
 
 from accounts.models import Tenant
 from accounts.views import AddMemberView, ChangeMemberRoleView, RemoveMemberView
-from core.access import AUTHENTICATED
 from core.views import ObjectDeleteView, ObjectDetailView, ObjectListView, ServiceFormView
 from projects import services
 from projects.filters import ProjectFilterSet
 from projects.forms import ProjectForm, ProjectMemberAddForm, ProjectMemberRoleForm
 from projects.models import Project
-
-
-class HomeView(LoginRequiredMixin, TemplateView):
-    """The dashboard. Needs no object permission: everything on it is `visible_to`."""
-
-    permission_action = AUTHENTICATED
-    template_name = "core/home.html"
-
-    def get_context_data(self, **kwargs):
-        user = self.request.user
-        context = super().get_context_data(**kwargs)
-        context["tenants"] = Tenant.objects.visible_to(user)
-        projects = Project.objects.visible_to(user).select_related("tenant")
-        if self.request.tenant:
-            projects = projects.filter(tenant=self.request.tenant)
-        context["projects"] = projects[:12]
-        return context
 
 
 class ProjectListView(ObjectListView):
@@ -36,11 +16,16 @@ class ProjectListView(ObjectListView):
     template_name = "projects/project_list.html"
     partial_template_name = "projects/_project_table.html"
 
+    def get(self, request, *args, **kwargs):
+        # The tenant switcher's choice is the list's tenant filter unless the page names
+        # one: the filter then shows which tenant the list holds instead of "All tenants".
+        if request.tenant and "tenant" not in request.GET:
+            request.GET = request.GET.copy()
+            request.GET["tenant"] = str(request.tenant.pk)
+        return super().get(request, *args, **kwargs)
+
     def get_queryset(self):
-        queryset = super().get_queryset().select_related("tenant")
-        if self.request.tenant and "tenant" not in self.request.GET:
-            queryset = queryset.filter(tenant=self.request.tenant)
-        return queryset
+        return super().get_queryset().select_related("tenant")
 
 
 class ProjectDetailView(ObjectDetailView):
@@ -49,7 +34,17 @@ class ProjectDetailView(ObjectDetailView):
     template_name = "projects/project_detail.html"
 
     def get_extra_context(self, project):
-        return {"members": project.members.select_related("user")}
+        # Through the project's reverse relations: projects imports none of the apps above
+        # it, and whoever may view the project may view what it holds.
+        datasets = project.datasets.order_by("-created_at", "-pk")
+        models = project.models.order_by("-updated_at", "-pk")
+        return {
+            "members": project.members.select_related("user"),
+            "dataset_count": datasets.count(),
+            "latest_datasets": datasets[:3],
+            "model_count": models.count(),
+            "latest_models": models[:3],
+        }
 
 
 class ProjectCreateView(ServiceFormView):

@@ -33,3 +33,9 @@ window.gantryFormat = {
     return `${sign}${tenths(n).toFixed(1)} ${units[unit]}`;
   },
 };
+// A polled panel (hx-trigger="every …") does not refresh under an open dialog: the swap
+// would throw away the confirmation the user is reading.
+document.addEventListener("htmx:beforeRequest", (event) => {
+  const el = event.detail.elt;
+  if (el && el.querySelector && el.querySelector(".modal.show")) event.preventDefault();
+});
