@@ -431,14 +431,15 @@ class _Common:
         self.used_j: dict[str, int] = {}
         self.running: list[RunningJob] = list(snapshot.running)
         cl = self.cl
+        used_g, used_c, used_m, used_j = self.used_g, self.used_c, self.used_m, self.used_j
         for rj in self.running:
             r = rj.request
             t = r.tenant
-            self.used_g[t] = self.used_g.get(t, 0) + r.total_gpus
-            self.used_c[t] = self.used_c.get(t, 0.0) + r.total_cpus
-            self.used_m[t] = self.used_m.get(t, 0) + r.total_memory_mb
-            self.used_j[t] = self.used_j.get(t, 0) + 1
-            g, c, m = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker
+            g, c, m, n = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker, r.workers
+            used_g[t] = used_g.get(t, 0) + n * g
+            used_c[t] = used_c.get(t, 0.0) + n * c
+            used_m[t] = used_m.get(t, 0) + n * m
+            used_j[t] = used_j.get(t, 0) + 1
             for name, w in rj.placement.items():
                 i = cl.index.get(name)
                 if i is not None:
@@ -636,7 +637,7 @@ class _Ranker:
     """
 
     __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
-                 "guar", "head_found", "now")
+                 "guar", "head_found", "now", "bonus")
 
     def __init__(
         self, snapshot: Snapshot, common: _Common, cfg: PolicyConfig, now: float
@@ -660,21 +661,24 @@ class _Ranker:
         known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
         typical = known[(len(known) - 1) // 2] if known else 0.0
         queues: dict[str, list] = {}
+        rr, min_e, gexp = cfg.response_ratio_s, cfg.min_estimate_s, cfg.gpu_exponent
         for r in pend:
             est = r.estimated_duration
             if est is None:
                 est = typical
             v = r.submit_time
             age = now - v
-            if cfg.response_ratio_s > 0:
+            if rr > 0:
                 # Highest response ratio next: (waited + expected runtime) / expected runtime.
-                e = max(est, cfg.min_estimate_s) * (r.total_gpus or 1) ** cfg.gpu_exponent
-                v = now - cfg.response_ratio_s * (max(age, 0.0) + e) / e
+                e = est if est > min_e else min_e
+                if gexp:
+                    e *= (r.workers * r.gpus_per_worker or 1) ** gexp
+                v = now - rr * ((age if age > 0.0 else 0.0) + e) / e
             elif age < age_limit:
                 v += w * min(est, cap) * (1.0 - age / age_limit)
             queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
         for q in queues.values():
-            q.sort(key=lambda x: (x[0], x[1], x[2], x[3]))
+            q.sort()  # ids are unique, so the comparison never reaches the request
         hist = snapshot.usage_history
         window = max(cfg.usage_window_s, 1e-9)
         self.service: dict[str, float] = {}
@@ -687,11 +691,13 @@ class _Ranker:
         self.queues = queues
         self.pos = dict.fromkeys(queues, 0)
         self.ver = dict.fromkeys(queues, 0)
+        self.bonus = {t: self._bonus(t) for t in queues}
         self.heap: list = []
         for t in queues:
             self._push(t)
 
     def _bonus(self, t: str) -> float:
+        """The tenant's fair-share term (cached in ``self.bonus``; it changes on admission)."""
         s = self.service[t] / self.share[t]
         return self.cfg.fair_share_s * math.log2(max(s, 1.0 / 64))
 
@@ -700,7 +706,7 @@ class _Ranker:
         i = self.pos[t]
         if i < len(q):
             negp, v, sub, rid, r = q[i]
-            v += self._bonus(t)
+            v += self.bonus[t]
             if self.used[t] + r.total_gpus <= self.guar[t]:
                 v -= self.cfg.guarantee_boost_s
             heapq.heappush(self.heap, (negp, v, sub, rid, t, self.ver[t]))
@@ -711,7 +717,9 @@ class _Ranker:
             return
         done: set[str] = set()
         tail = self.cfg.fifo_tail_fraction
-        if self.cfg.fifo_head or self.cfg.fifo_age_s < INF or tail > 0:
+        if not self.cfg.fifo_head and self.cfg.fifo_age_s == INF and tail > 0:
+            yield from self._tail(done, tail)
+        elif self.cfg.fifo_head or self.cfg.fifo_age_s < INF or tail > 0:
             # Submit order until the first job that neither starts nor is held by its own
             # quota: that one gets the reservation (EASY), the rest are ranked below.
             fifo = sorted((x[4] for q in self.queues.values() for x in q),
@@ -741,12 +749,37 @@ class _Ranker:
                 yield r
             self._push(t)
 
+    def _tail(self, done: set[str], tail: float):
+        """The relative tail guard alone: the oldest ``tail`` of the queue in submit order,
+        up to the first younger job in that order (a younger job of higher priority comes
+        first). The same jobs in the same order as sorting the whole queue, without it."""
+        jobs = [x[4] for q in self.queues.values() for x in q]
+        if not jobs:
+            return
+        k = int(len(jobs) * tail)
+        # The guard takes every job submitted by the k-th oldest submit time.
+        threshold = INF if k >= len(jobs) else sorted([r.submit_time for r in jobs])[k]
+        old, young_first = [], None
+        for r in jobs:
+            key = (-r.priority, r.submit_time, r.id)
+            if r.submit_time <= threshold:
+                old.append((key, r))
+            elif young_first is None or key < young_first:
+                young_first = key
+        old.sort()
+        for key, r in old:
+            if young_first is not None and key > young_first:
+                break
+            done.add(r.id)
+            yield r
+
     def admitted(self, r: JobRequest) -> None:
         """``r`` (already yielded) was admitted: its tenant's service grows."""
         if self.plain:
             return
         t = r.tenant
         self.service[t] += r.total_gpus
+        self.bonus[t] = self._bonus(t)
         self.used[t] += r.total_gpus
         self.ver[t] += 1
         self._push(t)
@@ -765,11 +798,10 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
     pre: dict[str, tuple[str, str, float | None]] = {}
 
     # Running jobs this pass may still end (estimated end, clamped to now when overrunning).
-    def end_of(rj: RunningJob) -> float:
-        e = rj.estimated_end
-        return INF if e is None else max(e, now)
-
-    live: dict[str, _Victim] = {rj.request.id: _Victim(rj, end_of(rj)) for rj in common.running}
+    live: dict[str, _Victim] = {}
+    for rj in common.running:
+        est = rj.request.estimated_duration
+        live[rj.request.id] = _Victim(rj, INF if est is None else max(rj.start_time + est, now))
     new_running: list[tuple[JobRequest, dict[str, int], float]] = []
 
     # Preemption candidates: which running jobs are borrowed right now.
@@ -795,10 +827,8 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
             own_min_prio[t] = p
     # Victims: lowest priority first, then least work lost (GPUs x time run), so the jobs
     # that have run longest are the last to lose their progress.
-    victims_sorted = sorted(
-        live.values(),
-        key=lambda v: (v.rj.request.priority, v.g * (now - v.rj.start_time), v.rj.request.id),
-    )
+    # Sorted on the first preemption search only: most passes never search.
+    victims_sorted: list[_Victim] = []
     preempted: set[str] = set()
     attempts = 0
 
@@ -837,6 +867,12 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
         max_loss = INF if ratio == INF else ratio * r.total_gpus * max(waited, 0.0)
         cands = []
         avail = cl.free_g
+        if not victims_sorted and live:
+            victims_sorted.extend(sorted(
+                live.values(),
+                key=lambda v: (v.rj.request.priority, v.g * (now - v.rj.start_time),
+                               v.rj.request.id),
+            ))
         for v in victims_sorted:
             rid = v.rj.request.id
             if rid in preempted:

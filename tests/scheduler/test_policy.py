@@ -531,3 +531,21 @@ def test_decision_invariants(snap: Snapshot, fifo: bool):
 @given(scenarios())
 def test_schedule_is_deterministic(snap: Snapshot):
     assert schedule(snap, 0.0) == schedule(snap, 0.0)
+
+
+def test_the_oldest_fifth_of_the_queue_goes_first_in_submit_order():
+    # One free GPU, ten queued 1-GPU jobs: the oldest two (a fifth) are long, the rest short.
+    # Response ratio alone would start a short one; the tail guard starts the oldest long job,
+    # and the waiting positions list the guarded jobs first, then shortest-expected first.
+    nodes = [node("n0", gpus=1)]
+    quotas = {"a": Quota("a", 1, 0)}
+    pending = [job("old1", submit=0, est=7 * 86_400), job("old2", submit=10, est=7 * 86_400)]
+    pending += [job(f"new{i}", submit=100 + i, est=900 + 100 * i) for i in range(8)]
+    d = schedule(Snapshot(nodes, quotas, [], pending), 3600)
+    assert d.admit == [("old1", {"n0": 1})]
+    order = sorted(d.waiting, key=lambda jid: d.waiting[jid].position)
+    assert order == ["old2"] + [f"new{i}" for i in range(8)]
+    # Without the guard the shortest job starts and the long ones wait at the back.
+    d = schedule(Snapshot(nodes, quotas, [], pending), 3600, PolicyConfig(fifo_tail_fraction=0))
+    assert d.admit == [("new0", {"n0": 1})]
+    assert sorted(d.waiting, key=lambda jid: d.waiting[jid].position)[-2:] == ["old1", "old2"]
