@@ -23,10 +23,10 @@ class TenantQuota(models.Model):
     """
 
     tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="quota")
-    guaranteed_gpus = models.PositiveIntegerField(default=0)
-    borrow_limit_gpus = models.PositiveIntegerField(default=0, help_text="GPUs beyond the guarantee that may be borrowed while idle.")
-    max_cpus = models.PositiveIntegerField(null=True, blank=True)
-    max_memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    guaranteed_gpus = models.PositiveIntegerField("guaranteed GPUs", default=0)
+    borrow_limit_gpus = models.PositiveIntegerField("GPU borrow limit", default=0, help_text="GPUs beyond the guarantee that may be borrowed while idle.")
+    max_cpus = models.PositiveIntegerField("max CPUs", null=True, blank=True)
+    max_memory_mb = models.PositiveIntegerField("max memory (MiB)", null=True, blank=True)
     max_jobs = models.PositiveIntegerField(null=True, blank=True, help_text="Running jobs at once.")
     weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)], help_text="Relative weight in fair sharing.")
     updated_at = models.DateTimeField(default=timezone.now)
