@@ -103,7 +103,7 @@ class Job(models.Model):
                 name="job_project_state_idx",
             ),
             # Admission's fair-share history: GPU jobs that ran and finished recently
-            # (jobs.admission.usage_history). Without it every pass read the whole table.
+            # (scheduling.admission.usage_history). Without it every pass read the whole table.
             models.Index(
                 fields=["finished_at"],
                 condition=models.Q(gpus__gt=0, started_at__isnull=False),
