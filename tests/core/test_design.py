@@ -1,0 +1,59 @@
+"""The design pass of issue 27 where the HTML alone shows it: labels, the audit log's typed
+details, the quota table's figures, and the page head that lets dark mode follow the system."""
+
+import pytest
+from django.urls import reverse
+
+from core import audit
+
+pytestmark = pytest.mark.django_db
+
+
+def test_quota_form_says_gpus_not_gpus_in_title_case(client_for, owner, tenant):
+    html = (
+        client_for(owner).get(reverse("scheduling:quota_edit", args=[tenant.pk])).content.decode()
+    )
+    assert "Guaranteed GPUs" in html and "GPU borrow limit" in html and "Max CPUs" in html
+    assert "Gpus" not in html and "Guaranteed gpus" not in html
+
+
+def test_audit_details_are_typed_key_values_not_python_dicts(client_for, owner, tenant):
+    audit.record(
+        owner,
+        "job.submit",
+        tenant,
+        reason=None,
+        resources={"gpus": 2, "memory_mb": 2048},
+        retry=False,
+        loss=0.30000000000000004,
+    )
+    html = client_for(owner).get(reverse("audit_list")).content.decode()
+    details = html.split('class="audit-details')[1].split("</dl>")[0]
+    assert "<dt>reason</dt><dd" in details and ">—</dd>" in details
+    assert "None" not in details and "False" not in details and "{'" not in details
+    assert "&quot;gpus&quot;: 2" in details  # JSON, readably
+    assert ">no</dd>" in details and ">0.3</dd>" in details
+
+
+def test_an_empty_audit_log_says_what_it_will_hold(client_for, outsider):
+    html = (
+        client_for(outsider)
+        .get(reverse("audit_list") + "?action=nothing-like-this")
+        .content.decode()
+    )
+    assert "Nothing recorded matches these filters." in html
+
+
+def test_quota_table_shows_infinity_not_a_dangling_slash_without_a_quota(client_for, owner, tenant):
+    html = client_for(owner).get(reverse("scheduling:overview")).content.decode()
+    row = html.split("Quotas and usage")[1].split("</tr>", 2)[1]
+    assert "0 / ∞" in row and "0 B / ∞" in row
+    assert "0 / <" not in row
+
+
+def test_every_page_loads_the_theme_script_before_the_styles_apply(client_for, owner):
+    html = client_for(owner).get("/").content.decode()
+    head = html.split("</head>")[0]
+    assert '<script src="/static/gantry/theme.js"></script>' in head
+    assert '<meta name="color-scheme" content="light dark">' in head
+    assert "<script>" not in html  # CSP: no inline script
