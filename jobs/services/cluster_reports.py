@@ -82,6 +82,7 @@ def _free_ids(kind: str, node: str, count: int, job: Job, size: int) -> list[int
     held: set[int] = set()
     others = (
         Job.objects.filter(state__in=(*states.LAUNCHED, JobState.ADMITTED), backend=job.backend)
+        .filter(placement__nodes__has_key=node)  # only jobs with a worker there
         .exclude(pk=job.pk)
         .values_list("placement", flat=True)
     )
@@ -109,6 +110,14 @@ def record_worker_node(job: Job, rank: int, node: str, sizes: dict[str, int]) ->
     key = str(rank)
     if (job.placement.get("hosts") or {}).get(key) == node:
         return
+    # The ids free there are found before the write transaction (with SQLite's immediate
+    # transactions it holds the database's one write lock): two moves onto one node at
+    # the same moment may pick the same counters, which on a cluster blocks nothing.
+    moved = {
+        kind: _free_ids(kind, node, len(ids), job, sizes.get(kind, 0))
+        for kind in ("gpus", "cpus")
+        if (ids := (job.placement.get(kind) or {}).get(key))
+    }
     with transaction.atomic():
         row = Job.objects.select_for_update().filter(pk=job.pk, attempt=job.attempt).first()
         if row is None:
@@ -117,10 +126,8 @@ def record_worker_node(job: Job, rank: int, node: str, sizes: dict[str, int]) ->
         hosts = {**(placement.get("hosts") or {}), key: node}
         placement["hosts"] = hosts
         placement["nodes"] = dict(Counter(hosts.values()))
-        for kind in ("gpus", "cpus"):
-            ids = (placement.get(kind) or {}).get(key)
-            if ids:
-                moved = _free_ids(kind, node, len(ids), row, sizes.get(kind, 0))
-                placement[kind] = {**placement[kind], key: moved}
+        for kind, ids in moved.items():
+            if (placement.get(kind) or {}).get(key):
+                placement[kind] = {**placement[kind], key: ids}
         Job.objects.filter(pk=job.pk).update(placement=placement)
         job.placement = placement
