@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from images.models import ImageBuild, JobImage, RuntimeImage
+from images.models import ImageBuild, RuntimeImage
 
 
 @admin.register(RuntimeImage)
@@ -32,9 +32,3 @@ class ImageBuildAdmin(admin.ModelAdmin):
     # Builds are run by images.tasks; the admin only looks.
     readonly_fields = [f.name for f in ImageBuild._meta.fields]
 
-
-@admin.register(JobImage)
-class JobImageAdmin(admin.ModelAdmin):
-    list_display = ["job", "reference", "digest"]
-    search_fields = ["reference", "digest"]
-    readonly_fields = ["job", "image", "reference", "digest"]

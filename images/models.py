@@ -1,4 +1,4 @@
-"""Runtime images (the environments jobs run in), custom image builds, and the image a job ran with.
+"""Runtime images (the environments jobs run in) and custom image builds.
 
 An image is public (the seeded catalog, visible to every tenant, changed only by
 lab administrators) or belongs to one tenant. `visible_to(user)` is "public, or
@@ -188,52 +188,3 @@ class ImageBuild(models.Model):
             BuildState.SUCCEEDED: "text-bg-success",
             BuildState.FAILED: "text-bg-danger",
         }[self.state]
-
-
-class JobImageQuerySet(models.QuerySet):
-    def visible_to(self, user):
-        from projects.models import in_visible_projects
-
-        return in_visible_projects(self, user, "job__project")
-
-
-class JobImage(models.Model):
-    """The image a job ran with, pinned to the digest resolved when it was submitted.
-
-    A row of its own rather than a column on Job, so the images app owns it.
-    """
-
-    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="image_record")
-    image = models.ForeignKey(
-        RuntimeImage, null=True, blank=True, on_delete=models.SET_NULL, related_name="job_records"
-    )
-    reference = models.CharField(max_length=500)
-    digest = models.CharField(max_length=135, blank=True)
-
-    objects = JobImageQuerySet.as_manager()
-
-    def __str__(self):
-        return f"{self.job}: {self.reference}@{self.digest or '?'}"
-
-    @property
-    def pinned_reference(self) -> str:
-        """registry/repository@digest (what a container backend pulls), else the reference."""
-        if not self.digest:
-            return self.reference
-        from images.reference import InvalidReference, parse_reference
-
-        try:
-            ref = parse_reference(self.reference)
-        except InvalidReference:
-            return self.reference
-        return f"{ref.registry}/{ref.repository}@{self.digest}"
-
-    @property
-    def runtime_note(self) -> str:
-        from images.services import local_runtime_note
-
-        return local_runtime_note(self)
-
-    @property
-    def project(self):
-        return self.job.project

@@ -1,5 +1,6 @@
 """State changes for runtime images: register, resolve, update, delete, custom builds,
-and submitting a job with an image (which pins the digest it runs with).
+and what jobs ask of an image they run in (visible, of the project's tenant, its digest
+now). Images never submits a job: jobs.services.submit does, with `image=`.
 
 Registry failures become ValidationErrors with the registry's message, so pages
 and the API answer 400 with a readable reason and nothing is half-written.
@@ -27,7 +28,6 @@ from images.models import (
     Framework,
     ImageBuild,
     ImageVisibility,
-    JobImage,
     RuntimeImage,
 )
 from images.reference import InvalidReference, Reference, parse_reference
@@ -318,21 +318,6 @@ def resolve_for_job(image: RuntimeImage) -> str:
         ) from exc
 
 
-def local_runtime_note(record: JobImage) -> str:
-    """On the local backend (no containers) say what a job with an image really ran with."""
-    job = record.job
-    if job.backend != "local":
-        return ""
-    local_env = record.image.local_env if record.image else ""
-    if local_env and job.runtime == local_env:
-        return ""
-    runtime = job.runtime or "Gantry's own Python"
-    return (
-        f"The local backend runs no containers: this job ran with {runtime}, "
-        "not inside the image (give the image a local environment to run with it here)."
-    )
-
-
 def check_image_for_project(actor, project, image: RuntimeImage) -> None:
     """Refuse (ValidationError on `image`) an image that `actor` may not run in `project`:
     one they cannot see (answered as missing) or another tenant's."""
@@ -345,12 +330,6 @@ def check_image_for_project(actor, project, image: RuntimeImage) -> None:
                 f"{project.tenant}'s."
             }
         )
-
-
-def record_job_image(job, image: RuntimeImage, digest: str) -> JobImage:
-    """Pin the image a job was submitted with (jobs' submit calls this; images never
-    submits a job itself)."""
-    return JobImage.objects.create(job=job, image=image, reference=image.reference, digest=digest)
 
 
 # --- custom builds ----------------------------------------------------------------------

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from jobs.models import Artifact, Job, JobEvent, JobWorker
+from jobs.models import Artifact, Job, JobEvent, JobImage, JobWorker
 
 
 class JobWorkerInline(admin.TabularInline):
@@ -34,3 +34,10 @@ class JobAdmin(admin.ModelAdmin):
 class ArtifactAdmin(admin.ModelAdmin):
     list_display = ["job", "worker", "path", "size", "created_at"]
     readonly_fields = ["job", "worker", "path", "size", "sha256", "file", "created_at"]
+
+
+@admin.register(JobImage)
+class JobImageAdmin(admin.ModelAdmin):
+    list_display = ["job", "reference", "digest"]
+    search_fields = ["reference", "digest"]
+    readonly_fields = ["job", "image", "reference", "digest"]

@@ -44,7 +44,7 @@ class JobSerializer(serializers.ModelSerializer):
     tenant = serializers.IntegerField(source="project.tenant_id", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     url = serializers.SerializerMethodField()
-    # The image the job runs in (images.JobImage): its id, the reference as submitted
+    # The image the job runs in (JobImage): its id, the reference as submitted
     # (with the tag) and the digest resolved at submit time; null when it names none.
     image = serializers.SerializerMethodField()
     image_reference = serializers.SerializerMethodField()

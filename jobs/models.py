@@ -13,6 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.links import object_url
+from images.models import RuntimeImage
+from images.reference import InvalidReference, parse_reference
 from jobs.states import BADGES, TERMINAL, JobState
 from projects.models import Project, in_visible_projects
 
@@ -326,3 +328,61 @@ class NotebookTicket(models.Model):
 
     def __str__(self):
         return self.nonce
+
+
+class JobImageQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return in_visible_projects(self, user, "job__project")
+
+
+class JobImage(models.Model):
+    """The image a job ran with, pinned to the digest resolved when it was submitted.
+
+    Jobs' table (jobs -> images is the allowed arrow): it moved here from the images app,
+    keeping its table, images_jobimage, so no data moved.
+    """
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="image_record")
+    image = models.ForeignKey(
+        RuntimeImage, null=True, blank=True, on_delete=models.SET_NULL, related_name="job_records"
+    )
+    reference = models.CharField(max_length=500)
+    digest = models.CharField(max_length=135, blank=True)
+
+    objects = JobImageQuerySet.as_manager()
+
+    class Meta:
+        db_table = "images_jobimage"
+
+    def __str__(self):
+        return f"{self.job}: {self.reference}@{self.digest or '?'}"
+
+    @property
+    def pinned_reference(self) -> str:
+        """registry/repository@digest (what a container backend pulls), else the reference."""
+        if not self.digest:
+            return self.reference
+        try:
+            ref = parse_reference(self.reference)
+        except InvalidReference:
+            return self.reference
+        return f"{ref.registry}/{ref.repository}@{self.digest}"
+
+    @property
+    def runtime_note(self) -> str:
+        """On the local backend (no containers) what a job with an image really ran with."""
+        job = self.job
+        if job.backend != "local":
+            return ""
+        local_env = self.image.local_env if self.image else ""
+        if local_env and job.runtime == local_env:
+            return ""
+        runtime = job.runtime or "Gantry's own Python"
+        return (
+            f"The local backend runs no containers: this job ran with {runtime}, "
+            "not inside the image (give the image a local environment to run with it here)."
+        )
+
+    @property
+    def project(self):
+        return self.job.project

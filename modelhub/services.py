@@ -270,7 +270,7 @@ def register_version_from_job(
 
 
 def _has_image_record(job) -> bool:
-    from images.models import JobImage
+    from jobs.models import JobImage
 
     return JobImage.objects.filter(job=job).exists()
 

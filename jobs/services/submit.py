@@ -11,9 +11,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core import audit
-from images.services import check_image_for_project, record_job_image, resolve_for_job
+from images.services import check_image_for_project, resolve_for_job
 from jobs.backends import get_backend
-from jobs.models import Job, JobEvent, JobWorker
+from jobs.models import Job, JobEvent, JobImage, JobWorker
 from jobs.services.validation import SPEC_FIELDS, validate_spec
 from jobs.signals import first_answer, submit_check
 from jobs.states import JobState
@@ -27,7 +27,7 @@ def pin_image(actor, project, image, backend, spec: dict[str, Any]) -> str:
     On the local backend an image with a local environment supplies the job's runtime
     (unless `spec` names one; `spec` is changed in place). An image without one is
     allowed and runs with the platform interpreter, which the job page and API say
-    (images.services.local_runtime_note): the digest is still recorded, so the same
+    (JobImage.runtime_note): the digest is still recorded, so the same
     spec on the Kubernetes backend runs in the image.
     """
     check_image_for_project(actor, project, image)
@@ -81,7 +81,7 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **
         actor=actor,
     )
     if image is not None:
-        record_job_image(job, image, digest)
+        JobImage.objects.create(job=job, image=image, reference=image.reference, digest=digest)
     audit.record(actor, "job.submit", job, kind=job.kind, command=job.command)
     from jobs.tasks import kick
 

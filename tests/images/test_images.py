@@ -15,9 +15,10 @@ from django.urls import reverse
 
 from core.models import AuditEvent
 from images import services
-from images.models import BuildState, ImageBuild, JobImage, RuntimeImage
+from images.models import BuildState, ImageBuild, RuntimeImage
 from images.registry import RegistryClient
 from images.tasks import run_build
+from jobs.models import JobImage
 from jobs.services.submit import submit_job
 from tests.registry import PASSWORD, USERNAME
 

@@ -9,8 +9,8 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from images import services
-from images.models import JobImage, RuntimeImage
-from jobs.models import Job
+from images.models import RuntimeImage
+from jobs.models import Job, JobImage
 from jobs.services.submit import clone_job, submit_job
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from images.models import JobImage, RuntimeImage
+from images.models import RuntimeImage
 from jobs.api import JOB_LIST_COLUMNS, JobListSerializer, JobSerializer
-from jobs.models import Job
+from jobs.models import Job, JobImage
 from jobs.services.submit import submit_job
 
 pytestmark = pytest.mark.django_db

@@ -11,8 +11,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from core.models import AuditEvent
-from images.models import JobImage
-from jobs.models import Job
+from jobs.models import Job, JobImage
 from jobs.services.ingestion import ingest_metrics
 from jobs.services.launch import make_token
 from jobs.services.outputs import store_artifact
