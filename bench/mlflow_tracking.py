@@ -112,17 +112,20 @@ def timed_get(url: str, headers: dict, reps: int = 5) -> dict:
 
 
 def gantry_chart_points(run_id: str, n: int) -> None:
-    from tracking.models import Metric, Run
-    from tracking.services import store_metrics
+    from django.db import transaction
+
+    from tracking.models import Run
+    from tracking.services import Point, store_metrics
 
     run = Run.objects.get(run_id=run_id)
     now = int(time.time() * 1000)
     for start in range(0, n, 50_000):
         points = [
-            Metric(key="chart", value=1.0 / (1 + s % 977), is_nan=False, timestamp=now + s, step=s)
+            Point("chart", 1.0 / (1 + s % 977), False, now + s, s)
             for s in range(start, min(n, start + 50_000))
         ]
-        store_metrics(run, points)
+        with transaction.atomic():
+            store_metrics(run, points)
 
 
 def mlflow_chart_points(db: Path, run_id: str, n: int) -> None:

@@ -123,12 +123,16 @@ def mlflow_view(*methods):
 # --- JSON shapes (MLflow's protos, field names as the client parses them) ----------------
 
 
-def experiment_json(experiment: Experiment) -> dict:
+def experiment_json(experiment: Experiment, caller: Caller | None = None) -> dict:
     tags = getattr(experiment, "_prefetched_objects_cache", {}).get("tags")
     tags = experiment.tags.all() if tags is None else tags
     return {
         "experiment_id": str(experiment.pk),
-        "name": experiment.full_name,
+        # Bare for a caller limited to the experiment's project (the project looks like a
+        # whole MLflow server to it), `tenant/project/name` otherwise.
+        "name": experiment.name
+        if caller is not None and caller.project_id == experiment.project_id
+        else experiment.full_name,
         "artifact_location": f"mlflow-artifacts:/{experiment.pk}",
         "lifecycle_stage": experiment.lifecycle_stage,
         "last_update_time": experiment.last_update_time,
@@ -223,7 +227,9 @@ def experiments_create(request, caller, body):
 @mlflow_view("GET")
 def experiments_get(request, caller, body):
     return {
-        "experiment": experiment_json(services.get_experiment(caller, body.get("experiment_id")))
+        "experiment": experiment_json(
+            services.get_experiment(caller, body.get("experiment_id")), caller
+        )
     }
 
 
@@ -231,7 +237,7 @@ def experiments_get(request, caller, body):
 def experiments_get_by_name(request, caller, body):
     return {
         "experiment": experiment_json(
-            services.get_experiment_by_name(caller, body.get("experiment_name"))
+            services.get_experiment_by_name(caller, body.get("experiment_name")), caller
         )
     }
 
@@ -247,7 +253,7 @@ def experiments_search(request, caller, body):
         order_by if isinstance(order_by, list) else [order_by],
         _offset(body.get("page_token")),
     )
-    return {"experiments": [experiment_json(e) for e in experiments], **_token(after)}
+    return {"experiments": [experiment_json(e, caller) for e in experiments], **_token(after)}
 
 
 @mlflow_view("POST")

@@ -26,10 +26,11 @@ CHUNK = 1 << 20
 
 def _safe(path: str) -> str:
     path = (path or "").strip("/")
-    parts = path.split("/") if path else []
-    if any(p in ("", ".", "..") for p in parts) or "\\" in path or "\x00" in path:
+    # "." is the folder itself (download_artifacts(artifact_path=".") lists it so).
+    parts = [p for p in path.split("/") if p != "."] if path else []
+    if any(p in ("", "..") for p in parts) or "\\" in path or "\x00" in path:
         raise invalid(f"Invalid artifact path: '{path}'.")
-    return path
+    return "/".join(parts)
 
 
 def _owner(caller, path: str, action: str):

@@ -223,6 +223,34 @@ class LatestMetric(models.Model):
         return self.key
 
 
+class MetricRollup(models.Model):
+    """A metric's values summed up per block of ROLLUP_STEPS steps (min, max, count),
+    kept in step with every write: a chart of a long history reads these few rows
+    instead of every point (tracking.services.sampled_history)."""
+
+    ROLLUP_STEPS = 256
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_rollups")
+    key = models.CharField(max_length=250)
+    block = models.BigIntegerField()  # step // ROLLUP_STEPS
+    low = models.FloatField()
+    low_step = models.BigIntegerField()
+    high = models.FloatField()
+    high_step = models.BigIntegerField()
+    count = models.BigIntegerField()
+    timestamp = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "key", "block"], name="metricrollup_unique_block"
+            )
+        ]
+
+    def __str__(self):
+        return f"{self.key}[{self.block}]"
+
+
 class RunInput(models.Model):
     """A dataset a run used (`log_inputs`), as the client described it."""
 

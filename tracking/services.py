@@ -8,12 +8,14 @@ caller may not see answers RESOURCE_DOES_NOT_EXIST, like something that does not
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Value
 
 from projects.models import Project
@@ -27,6 +29,7 @@ from tracking.models import (
     Lifecycle,
     LoggedModel,
     Metric,
+    MetricRollup,
     Param,
     Run,
     RunInput,
@@ -168,10 +171,18 @@ def get_experiment_by_name(caller: Caller, name: str) -> Experiment:
 
 
 def get_run(caller: Caller, run_id, action: str = "experiment.view") -> Run:
-    if not isinstance(run_id, str) or not run_id:
-        raise invalid("Missing value for required parameter 'run_id'.")
+    run_id = _text(run_id, "run_id", 64)
     queryset = Run.objects.visible_to(caller.user).select_related("experiment__project__tenant")
-    run = _visible(caller, queryset.filter(run_id=run_id), action, "Run", run_id)
+    run = queryset.filter(run_id=run_id).first()
+    if run is None or not caller.can("experiment.view", run):
+        raise not_found(f"Run with id={run_id} not found")
+    run = _visible(
+        caller,
+        Run.objects.filter(pk=run.pk).select_related("experiment__project__tenant"),
+        action,
+        "Run",
+        run_id,
+    )
     if (
         action != "experiment.view"
         and caller.job is not None
@@ -195,11 +206,21 @@ def _active(run: Run) -> Run:
 # --- validation -----------------------------------------------------------------------------
 
 
+def _shown(value) -> str:
+    """A value as MLflow's messages show it (JSON, compact)."""
+    try:
+        return json.dumps(value, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def _text(value, what: str, limit: int, required: bool = True) -> str:
     if value is None and not required:
         return ""
-    if not isinstance(value, str) or (required and value == ""):
+    if value is None or (required and value == ""):
         raise invalid(f"Missing value for required parameter '{what}'.")
+    if not isinstance(value, str):
+        raise invalid(f"Invalid value {_shown(value)} for parameter '{what}' supplied.")
     if "\x00" in value:
         raise invalid(f"Invalid value for '{what}': NUL characters are not allowed.")
     if len(value) > limit:
@@ -219,16 +240,26 @@ def _int(value, what: str, default=None, minimum=None) -> int | None:
         return default
     try:
         number = int(value)
-    except (TypeError, ValueError):
-        raise invalid(f"Invalid value {value!r} for parameter '{what}': an integer.") from None
-    if isinstance(value, float) and not value.is_integer() or abs(number) >= 2**63:
-        raise invalid(f"Invalid value {value!r} for parameter '{what}': an integer.")
-    if minimum is not None and number < minimum:
-        raise invalid(f"Invalid value {value!r} for parameter '{what}': at least {minimum}.")
+        if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise invalid(f"Invalid value {_shown(value)} for parameter '{what}' supplied.") from None
+    if abs(number) >= 2**63 or (minimum is not None and number < minimum):
+        raise invalid(f"Invalid value {_shown(value)} for parameter '{what}' supplied.")
     return number
 
 
-def _metric(item) -> Metric:
+class Point(NamedTuple):
+    """A metric value on its way in (no model instance: 1,000 of them per batch)."""
+
+    key: str
+    value: float
+    is_nan: bool
+    timestamp: int
+    step: int
+
+
+def _metric(item) -> Point:
     if not isinstance(item, dict):
         raise invalid("Every metric is an object with key, value, timestamp and step.")
     key = _key(item.get("key"), "key")
@@ -241,9 +272,10 @@ def _metric(item) -> Metric:
     timestamp = _int(item.get("timestamp"), "timestamp")
     if timestamp is None:
         raise invalid(f"Missing value for required parameter 'timestamp' of metric '{key}'.")
+
     step = _int(item.get("step"), "step", default=0)
     nan = math.isnan(value)
-    return Metric(key=key, value=0.0 if nan else value, is_nan=nan, timestamp=timestamp, step=step)
+    return Point(key, 0.0 if nan else value, nan, timestamp, step)
 
 
 def _param(item) -> tuple[str, str]:
@@ -433,8 +465,14 @@ def set_run_lifecycle(caller: Caller, run_id, deleted: bool) -> None:
 def log_batch(caller: Caller, run_id, metrics=None, params=None, tags=None) -> Run:
     """MLflow's LogBatch, and what log-metric, log-parameter and set-tag come down to."""
     metrics, params, tags = metrics or [], params or [], tags or []
-    if not all(isinstance(x, list) for x in (metrics, params, tags)):
-        raise invalid("metrics, params and tags are lists.")
+    for what, value in (("metrics", metrics), ("params", params), ("tags", tags)):
+        if not isinstance(value, list):
+            raise invalid(f"Invalid value {_shown(value)} for parameter '{what}' supplied.")
+    for item in metrics:
+        if isinstance(item, dict) and item.get("timestamp") in (None, ""):
+            raise invalid(
+                f"Invalid value {_shown(metrics)[:1000]} for parameter 'metrics' supplied."
+            )
     if len(metrics) > MAX_METRICS_PER_BATCH:
         raise invalid(
             f"A batch logging request can contain at most {MAX_METRICS_PER_BATCH} metrics. "
@@ -493,7 +531,7 @@ def _set_tags(run: Run, pairs: dict[str, str]) -> None:
         Run.objects.filter(pk=run.pk).update(name=pairs[RUN_NAME_TAG][:250])
 
 
-def _newer(a: Metric | LatestMetric, b: Metric | LatestMetric) -> bool:
+def _newer(a: Point | LatestMetric, b: Point | LatestMetric) -> bool:
     """MLflow's latest-metric order: step, then timestamp, then value (NaN lowest)."""
     return (a.step, a.timestamp, not a.is_nan, a.value) > (
         b.step,
@@ -503,13 +541,22 @@ def _newer(a: Metric | LatestMetric, b: Metric | LatestMetric) -> bool:
     )
 
 
-def store_metrics(run: Run, points: list[Metric]) -> None:
+def store_metrics(run: Run, points: list[Point]) -> None:
     """Append metric points and move each key's latest value (inside the caller's
-    transaction, with the run's row locked)."""
-    for point in points:
-        point.run = run
-    Metric.objects.bulk_create(points, batch_size=1000)
-    best: dict[str, Metric] = {}
+    transaction, with the run's row locked).
+
+    The points go in with one executemany, not bulk_create: building and preparing a
+    model instance per point cost more than the insert itself (0.4 of 0.5 s a 1,000-point
+    batch on a busy machine)."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(c) for c in ("run_id", "key", "value", "is_nan", "timestamp", "step"))
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"INSERT INTO {quote(Metric._meta.db_table)} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)",
+            [(run.pk, p.key, p.value, p.is_nan, p.timestamp, p.step) for p in points],
+        )
+    _roll_up(run, points)
+    best: dict[str, Point] = {}
     for point in points:
         if point.key not in best or _newer(point, best[point.key]):
             best[point.key] = point
@@ -538,6 +585,62 @@ def store_metrics(run: Run, points: list[Metric]) -> None:
             changed.append(row)
     LatestMetric.objects.bulk_create(fresh)
     LatestMetric.objects.bulk_update(changed, ["value", "is_nan", "timestamp", "step"])
+
+
+def _roll_up(run: Run, points: list[Point]) -> None:
+    """Fold a batch into its metrics' MetricRollup blocks (NaN left out)."""
+    size = MetricRollup.ROLLUP_STEPS
+    blocks: dict[tuple[str, int], list] = {}
+    for p in points:
+        if p.is_nan:
+            continue
+        entry = blocks.get((p.key, p.step // size))
+        if entry is None:
+            blocks[(p.key, p.step // size)] = [p.value, p.step, p.value, p.step, 1, p.timestamp]
+            continue
+        if p.value < entry[0]:
+            entry[0], entry[1] = p.value, p.step
+        if p.value > entry[2]:
+            entry[2], entry[3] = p.value, p.step
+        entry[4] += 1
+        entry[5] = max(entry[5], p.timestamp)
+    if not blocks:
+        return
+    keys = {k for k, _ in blocks}
+    numbers = {b for _, b in blocks}
+    existing = {
+        (r.key, r.block): r
+        for r in MetricRollup.objects.filter(run=run, key__in=keys, block__in=numbers)
+    }
+    fresh, changed = [], []
+    for (key, block), (low, low_step, high, high_step, count, ts) in blocks.items():
+        row = existing.get((key, block))
+        if row is None:
+            fresh.append(
+                MetricRollup(
+                    run=run,
+                    key=key,
+                    block=block,
+                    low=low,
+                    low_step=low_step,
+                    high=high,
+                    high_step=high_step,
+                    count=count,
+                    timestamp=ts,
+                )
+            )
+            continue
+        if low < row.low:
+            row.low, row.low_step = low, low_step
+        if high > row.high:
+            row.high, row.high_step = high, high_step
+        row.count += count
+        row.timestamp = max(row.timestamp, ts)
+        changed.append(row)
+    MetricRollup.objects.bulk_create(fresh)
+    MetricRollup.objects.bulk_update(
+        changed, ["low", "low_step", "high", "high_step", "count", "timestamp"]
+    )
 
 
 def delete_tag(caller: Caller, run_id, key) -> None:
@@ -582,10 +685,11 @@ def metric_history(caller: Caller, run_id, key, max_results=None, offset=0):
 def sampled_history(caller: Caller, run_ids, key, max_results=None, start_step=None, end_step=None):
     """A chart's read of long metric histories: at most `max_results` points a run.
 
-    Short histories come whole. A longer one is cut into max_results/2 equal step
-    buckets, and each bucket gives its lowest and its highest value (a min/max envelope,
-    drawn at the bucket's first and last step): a spike is never averaged away, and a
-    million-point history reads as one GROUP BY over the (run, key, step) index.
+    Short histories come whole. A longer one is cut into max_results/2 step buckets, and
+    each gives its lowest and its highest value (a min/max envelope): a spike is never
+    averaged away. Whole histories (and windows on block edges) read the MetricRollup
+    blocks written with the points, so a million-point metric is ~4,000 rows read; other
+    windows group the points themselves, over the (run, key, step) index.
     """
     if not isinstance(run_ids, list) or not run_ids or len(run_ids) > 100:
         raise invalid("Name 1 to 100 runs in 'run_ids'.")
@@ -602,6 +706,35 @@ def sampled_history(caller: Caller, run_ids, key, max_results=None, start_step=N
             rows = rows.filter(step__gte=start)
         if end is not None:
             rows = rows.filter(step__lte=end)
+        buckets = max(limit // 2, 1)
+        size = MetricRollup.ROLLUP_STEPS
+        aligned = (start is None or start % size == 0) and (end is None or (end + 1) % size == 0)
+        rolled = []
+        if aligned:
+            blocks = MetricRollup.objects.filter(run=run, key=key)
+            if start is not None:
+                blocks = blocks.filter(block__gte=start // size)
+            if end is not None:
+                blocks = blocks.filter(block__lte=(end + 1) // size - 1)
+            rolled = list(
+                blocks.order_by("block").values_list(
+                    "low", "low_step", "high", "high_step", "timestamp", "count"
+                )
+            )
+        if len(rolled) >= buckets and sum(r[5] for r in rolled) > limit:
+            # A long history: merge its blocks into `buckets` groups (a few thousand rows
+            # read, never the points), each drawn at its real lowest and highest step.
+            per = -(-len(rolled) // buckets)
+            for i in range(0, len(rolled), per):
+                group = rolled[i : i + per]
+                low = min(group, key=lambda r: r[0])
+                high = max(group, key=lambda r: r[2])
+                ts = max(r[4] for r in group)
+                first, second = sorted([(low[1], low[0]), (high[3], high[2])])
+                points.append((run.run_id, first[0], first[1], False, ts))
+                if second != first:
+                    points.append((run.run_id, second[0], second[1], False, ts))
+            continue
         span = rows.aggregate(lo=Min("step"), hi=Max("step"), n=Count("pk"))
         if not span["n"]:
             continue
@@ -611,7 +744,6 @@ def sampled_history(caller: Caller, run_ids, key, max_results=None, start_step=N
             ):
                 points.append((run.run_id, step, value, nan, ts))
             continue
-        buckets = max(limit // 2, 1)
         width = (span["hi"] - span["lo"]) // buckets + 1
         bucket = ExpressionWrapper(
             (F("step") - Value(span["lo"])) / Value(width), output_field=BigIntegerField()
@@ -645,7 +777,8 @@ def search_runs(
     limit = _int(max_results, "max_results", default=1000, minimum=1)
     if limit > MAX_RESULTS_RUNS:
         raise invalid(
-            f"Invalid value for parameter 'max_results' supplied. It must be at most {MAX_RESULTS_RUNS}."
+            f"Invalid value {limit} for parameter 'max_results' supplied. "
+            f"It must be at most {MAX_RESULTS_RUNS}."
         )
     runs = Run.objects.filter(experiment_id__in=experiments)
     runs = _view_type(runs, run_view_type)

@@ -48,7 +48,7 @@ def test_fluent_run_logs_params_metrics_and_tags_into_the_projects_experiment(
 def test_experiments_by_name_create_rename_delete_restore(mlflow_env, token_for, owner, project):
     client = mlflow_env(token_for(owner, project))
     experiment = mlflow.set_experiment("digits")
-    assert experiment.name == "lab-a/vision/digits"
+    assert experiment.name == "digits"  # bare for a token limited to the project
     assert Experiment.objects.get(pk=int(experiment.experiment_id)).project == project
     assert (
         mlflow.set_experiment("digits").experiment_id == experiment.experiment_id
@@ -61,16 +61,19 @@ def test_experiments_by_name_create_rename_delete_restore(mlflow_env, token_for,
         client.create_experiment("digits")
     assert exc.value.error_code == "RESOURCE_ALREADY_EXISTS"
     client.rename_experiment(experiment.experiment_id, "digits-v2")
-    assert client.get_experiment(experiment.experiment_id).name == "lab-a/vision/digits-v2"
+    assert client.get_experiment(experiment.experiment_id).name == "digits-v2"
     client.set_experiment_tag(experiment.experiment_id, "owner", "olivia")
     client.delete_experiment(experiment.experiment_id)
     assert Experiment.objects.get(pk=int(experiment.experiment_id)).lifecycle_stage == "deleted"
     names = [e.name for e in client.search_experiments()]
-    assert "lab-a/vision/digits-v2" not in names
+    assert "digits-v2" not in names
     client.restore_experiment(experiment.experiment_id)
     found = client.search_experiments(filter_string="name LIKE '%digits%'")
     assert [e.experiment_id for e in found] == [experiment.experiment_id]
     assert found[0].tags == {"owner": "olivia"}
+    # A token for all of the owner's projects sees the name with its project.
+    everywhere = mlflow_env(token_for(owner))
+    assert everywhere.get_experiment(experiment.experiment_id).name == "lab-a/vision/digits-v2"
 
 
 def test_log_batch_at_the_clients_limits_and_past_them(mlflow_env, token_for, owner, project):
@@ -241,6 +244,12 @@ def test_long_histories_read_downsampled_keeping_spikes(
         url, params={**params, "start_step": 10, "end_step": 59}, headers=auth, timeout=30
     )
     assert [p["step"] for p in window.json()["metrics"]] == list(range(10, 60))  # short: whole
+    # Few buckets over many blocks: read from the rollups, the extremes at their own steps.
+    coarse = requests.get(url, params={**params, "max_results": 10}, headers=auth, timeout=30)
+    coarse = coarse.json()["metrics"]
+    assert 2 < len(coarse) <= 10
+    assert (1234, 50.0) in [(p["step"], p["value"]) for p in coarse]
+    assert (4321, -3.0) in [(p["step"], p["value"]) for p in coarse]
     too_many = requests.get(url, params={**params, "max_results": 10**9}, headers=auth, timeout=30)
     assert (
         too_many.status_code == 400 and too_many.json()["error_code"] == "INVALID_PARAMETER_VALUE"
