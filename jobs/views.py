@@ -4,7 +4,7 @@ from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.core.handlers.asgi import ASGIRequest
-from django.db.models import Count
+from django.db.models import Count, Value
 from django.http import FileResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -309,7 +309,11 @@ class JobLogDownloadView(GantryView):
 
 
 class MetricCompareView(GantryView):
-    """One metric across several jobs of a project, on one chart (`?name=loss&job=3&job=7`)."""
+    """One metric across several jobs of a project, on one chart (`?name=loss&job=3&job=7`).
+
+    Without `name` the chart opens on a metric the ticked jobs logged (else the newest
+    job's), never on one with nothing to draw; the ticked jobs stay ticked whatever the
+    metric, so switching it keeps the comparison."""
 
     model = Project
     permission_action = "job.view"
@@ -323,32 +327,30 @@ class MetricCompareView(GantryView):
         if len(picked) > COMPARE_MAX_JOBS:
             return HttpResponseBadRequest(f"Compare at most {COMPARE_MAX_JOBS} jobs.")
         jobs = Job.objects.visible_to(request.user).filter(project=project)
-        names = (
-            MetricPoint.objects.filter(job__in=jobs)
-            .values_list("name", flat=True)
-            .distinct()
-            .order_by("name")[:200]
-        )
-        name = request.GET.get("name") or (names[0] if names else "")
-        candidates = (
-            jobs.filter(metrics__name=name).annotate(points=Count("metrics")).order_by("-pk")[:50]
+        points = MetricPoint.objects.filter(job__in=jobs, worker=0)
+        names = list(points.values_list("name", flat=True).distinct().order_by("name")[:200])
+        name = request.GET.get("name") or self.default_name(points, picked)
+        reporting = (
+            jobs.filter(metrics__name=name, metrics__worker=0)
+            .annotate(points=Count("metrics"))
+            .order_by("-pk")[:50]
             if name
             else []
         )
-        selected = [j for j in candidates if j.pk in picked] or list(candidates[:3])
-        series = []
-        for job in selected:
-            points = MetricPoint.objects.filter(job=job, name=name, worker=0).exclude(step=None)
-            total = points.count()
-            stride = max(1, -(-total // COMPARE_MAX_POINTS))
-            rows = points.order_by("step", "pk").values_list("step", "value")
-            series.append(
-                {
-                    "job": job.pk,
-                    "label": f"#{job.pk} {job.name}"[:60],
-                    "points": [list(r) for i, r in enumerate(rows.iterator()) if i % stride == 0],
-                }
-            )
+        candidates = list(reporting)
+        known = {j.pk for j in candidates}
+        missing = [pk for pk in picked if pk not in known]
+        if missing:  # ticked, but without this metric: still listed, still ticked
+            candidates += list(jobs.filter(pk__in=missing).annotate(points=Value(0)).order_by("-pk"))
+        selected = [j for j in candidates if j.pk in picked] or [j for j in candidates if j.points][:3]
+        series = [
+            {
+                "job": job.pk,
+                "label": f"#{job.pk} {job.name}"[:60],
+                "points": self.series_points(job, name) if job.points else [],
+            }
+            for job in selected
+        ]
         return render(
             request,
             "jobs/metric_compare.html",
@@ -362,3 +364,29 @@ class MetricCompareView(GantryView):
                 "series": series,
             },
         )
+
+    @staticmethod
+    def default_name(points, picked) -> str:
+        """A metric with points to draw: the ticked jobs' first, else the newest job's."""
+        if picked:
+            mine = points.filter(job__in=picked).values_list("name", flat=True)
+            first = mine.order_by("name").first()
+            if first:
+                return first
+        newest = points.order_by("-job_id", "name").values_list("name", flat=True).first()
+        return newest or ""
+
+    @staticmethod
+    def series_points(job, name) -> list[list]:
+        """[step, value] pairs of rank 0, thinned to COMPARE_MAX_POINTS; a point logged
+        without a step is placed by its order (1, 2, …), as the job page draws it."""
+        points = MetricPoint.objects.filter(job=job, name=name, worker=0)
+        total = points.count()
+        stride = max(1, -(-total // COMPARE_MAX_POINTS))
+        rows = points.order_by("seq", "pk").values_list("step", "value")
+        pairs = [
+            [index + 1 if step is None else step, value]
+            for index, (step, value) in enumerate(rows.iterator())
+            if index % stride == 0
+        ]
+        return sorted(pairs, key=lambda pair: pair[0])
