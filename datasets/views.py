@@ -128,7 +128,7 @@ class DatasetArchiveView(ServiceFormView):
             self.request.user, dataset, form.cleaned_data["archive"], parent
         )
         messages.info(
-            self.request, f"Unpacking {archive.file_name} in the background; refresh to see it."
+            self.request, f"Unpacking {archive.file_name} in the background; the new version appears here when it is done."
         )
         return dataset
 
