@@ -1,10 +1,12 @@
 from django import forms
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.core.exceptions import ValidationError
 
 from accounts import services
+from accounts.invitations import revoke_invitation
 from accounts.members import MemberService
-from accounts.models import ApiToken, Membership, Tenant, User
+from accounts.models import ApiToken, Invitation, Membership, Tenant, User
 from core.admin import ServiceAdmin, ServiceInline
 
 
@@ -136,3 +138,46 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in queryset:
             services.revoke_api_token(actor=request.user, token=token)
         self.message_user(request, "Revoked. The tokens stop working immediately.")
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Invitations are sent from the tenant page or the API (the link goes by email only);
+    here a lab administrator sees them and withdraws them, through the service."""
+
+    list_display = [
+        "email",
+        "tenant",
+        "role",
+        "project",
+        "project_role",
+        "invited_by",
+        "created_at",
+        "expires_at",
+        "accepted_by",
+        "revoked_at",
+    ]
+    list_filter = ["role", "tenant", ("accepted_at", admin.EmptyFieldListFilter)]
+    search_fields = ["email", "tenant__name", "invited_by__username"]
+    list_select_related = ["tenant", "project", "invited_by", "accepted_by"]
+    actions = ["withdraw"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Withdraw the selected invitations")
+    def withdraw(self, request, queryset):
+        withdrawn = 0
+        for invitation in queryset.filter(accepted_at__isnull=True):
+            try:
+                revoke_invitation(actor=request.user, invitation=invitation)
+            except ValidationError:
+                continue
+            withdrawn += 1
+        self.message_user(request, f"Withdrew {withdrawn} invitation(s); their links stop working.")

@@ -358,3 +358,16 @@ def test_the_api_refuses_members_outsiders_and_bad_input(owner, member, outsider
         assert api.get(f"/api/v1/invitations/{pk}/").status_code == 404
         assert api.delete(f"/api/v1/invitations/{pk}/").status_code == 404
     assert Invitation.objects.get().status == "pending"
+
+
+def test_a_lab_administrator_withdraws_invitations_in_the_admin(make_user, invited, client):
+    root = make_user("root", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    changelist = reverse("admin:accounts_invitation_changelist")
+    assert "new@example.org" in client.get(changelist).content.decode()
+    invitation = Invitation.objects.get()
+    response = client.post(changelist, {"action": "withdraw", "_selected_action": [invitation.pk]})
+    assert response.status_code == 302
+    assert Invitation.objects.get().status == "revoked"
+    assert AuditEvent.objects.get(action="invitation.revoke").actor == root
+    assert client.get(reverse("admin:accounts_invitation_add")).status_code == 403
