@@ -57,3 +57,13 @@ def test_every_page_loads_the_theme_script_before_the_styles_apply(client_for, o
     assert '<script src="/static/gantry/theme.js"></script>' in head
     assert '<meta name="color-scheme" content="light dark">' in head
     assert "<script>" not in html  # CSP: no inline script
+
+
+def test_job_page_shows_times_through_the_formatter(client_for, owner, project):
+    from jobs.services.submit import submit_job
+
+    job = submit_job(owner, project, name="long", command="python x.py", timeout_seconds=5400)
+    html = client_for(owner).get(job.get_absolute_url()).content.decode()
+    assert "1 h 30 min" in html and "5400 s" not in html
+    assert "<time datetime=" in html and "just now</time>" in html  # submitted, with the time on hover
+    assert "1.0 GiB memory" in html or "2.0 GiB memory" in html
