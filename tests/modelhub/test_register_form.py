@@ -6,6 +6,7 @@ import re
 import pytest
 from django.urls import reverse
 
+from modelhub import services
 from modelhub.models import ModelVersion
 from tests.modelhub.test_modelhub import finished_job
 
@@ -48,3 +49,15 @@ def test_a_file_the_job_does_not_have_is_refused_and_nothing_is_registered(proje
     assert response.status_code == 400
     assert "not one of the available choices" in response.content.decode()
     assert not ModelVersion.objects.exists()
+
+
+def test_compared_versions_show_metrics_with_four_significant_digits(project, owner, client_for):
+    first = finished_job(owner, project, metrics=[("accuracy", 0.9123456789012345)])
+    second = finished_job(owner, project, metrics=[("accuracy", 0.95)])
+    for job in (first, second):
+        version = services.register_version_from_job(owner, job, model_name="digits")
+    body = client_for(owner).get(
+        reverse("modelhub:model_compare", args=[version.model_id]), {"a": 1, "b": 2}
+    ).content.decode()
+    assert 'title="0.9123456789012345">0.9123</td>' in body
+    assert "0.9123456789012345</td>" not in body

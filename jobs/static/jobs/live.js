@@ -413,6 +413,7 @@
   const reasonEl = document.getElementById("job-reason");
   let lastEvent = Number(page.dataset.lastEvent || 0);
   let terminal = false;
+  let shown = { state: stateEl.dataset.state || null, reason: reasonEl.textContent };
 
   function applyStatus(msg) {
     stateEl.className = `badge fs-6 ${msg.badge}`;
@@ -439,7 +440,11 @@
     }
     if (msg.terminal && !terminal) document.querySelectorAll("[data-live-hide-when-terminal]").forEach((el) => el.classList.add("d-none"));
     terminal = msg.terminal;
-    if (msg.events.length) document.body.dispatchEvent(new CustomEvent("job-status", { detail: msg }));
+    // A new step, or a new reason (admission rewrites a queued job's): the live panel
+    // (templates/jobs/_job_live.html) refetches itself, with the buttons and outputs.
+    const changed = msg.events.length || msg.state !== shown.state || msg.reason !== shown.reason;
+    shown = { state: msg.state, reason: msg.reason };
+    if (changed) document.body.dispatchEvent(new CustomEvent("job-status", { detail: msg }));
   }
 
   // --- the socket: reconnects and resumes from the last seq ------------------------------------
