@@ -5,6 +5,7 @@ refusal, says why and changes nothing. Mail goes through Django's locmem backend
 
 import re
 from datetime import timedelta
+from urllib.parse import quote
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -371,3 +372,16 @@ def test_a_lab_administrator_withdraws_invitations_in_the_admin(make_user, invit
     assert Invitation.objects.get().status == "revoked"
     assert AuditEvent.objects.get(action="invitation.revoke").actor == root
     assert client.get(reverse("admin:accounts_invitation_add")).status_code == 403
+
+
+def test_signed_out_the_link_offers_sign_in_and_single_sign_on_back_to_it(
+    invited, client, settings
+):
+    settings.OIDC_OP_ISSUER = "https://sso.example.org/realms/lab"
+    settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = "gantry", "secret"
+    settings.OIDC_PROVIDER_NAME = "Keycloak"
+    page = client.get(invited).content.decode()
+    back = quote(invited, safe="")
+    assert f"/accounts/login/?next={back}" in page
+    assert f"/oidc/authenticate/?next={back}" in page
+    assert "Sign in with Keycloak to accept" in page
