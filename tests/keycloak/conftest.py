@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import httpx
@@ -34,7 +33,7 @@ KEYCLOAK_UP = ROOT / "platform" / "dev" / "keycloak-up"
 REALM = "lab"
 CLIENT_ID = "gantry"
 KEYCLOAK_GROUP = pytest.mark.xdist_group("keycloak")
-ADMIN = ["admin", "admin-" + uuid.uuid4().hex[:12]]
+ADMIN = ("admin", "admin")  # made with keycloak-up's template database; loopback only
 START_TIMEOUT = 600  # seconds; two busy cores start it in one to three minutes
 
 
@@ -147,12 +146,10 @@ def keycloak(live_server, tmp_path_factory):
     """Keycloak with the example realm imported, its client pointed at this live server.
 
     GANTRY_TEST_KEYCLOAK=http://127.0.0.1:<port> uses one already started with
-    `KC_BOOTSTRAP_ADMIN_PASSWORD=<password> platform/dev/keycloak-up --port <port>` instead
-    (the password in GANTRY_TEST_KEYCLOAK_ADMIN_PASSWORD), to save its start-up while
-    writing tests.
+    `platform/dev/keycloak-up --port <port>` instead, to save its start-up while writing
+    tests.
     """
     if os.environ.get("GANTRY_TEST_KEYCLOAK"):
-        ADMIN[1] = os.environ.get("GANTRY_TEST_KEYCLOAK_ADMIN_PASSWORD", "admin")
         server = Keycloak(os.environ["GANTRY_TEST_KEYCLOAK"].rstrip("/"))
         yield _configure(server, live_server)
         server.http.close()
@@ -167,16 +164,10 @@ def keycloak(live_server, tmp_path_factory):
     )
     port = _free_port()
     run_dir = tmp_path_factory.mktemp("keycloak")
-    env = {
-        **os.environ,
-        "KC_BOOTSTRAP_ADMIN_USERNAME": ADMIN[0],
-        "KC_BOOTSTRAP_ADMIN_PASSWORD": ADMIN[1],
-    }
     log_path = run_dir / "keycloak.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
         [KEYCLOAK_UP, "--port", str(port), "--run-dir", str(run_dir / "home")],
-        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
