@@ -2,15 +2,17 @@
 
 `platform/dev/keycloak-up` downloads the pinned `org.keycloak:keycloak-quarkus-dist` from
 Maven Central once (checked against its SHA-512, built, cached by version in
-/opt/gantry-keycloak) and runs it in development mode on loopback with its in-memory
-database, importing `platform/keycloak/lab-realm.json` as a lab would: that import is
-the test of the example. The tests then do what the setup guide (platform/keycloak/README.md)
-tells a lab administrator to do, through Keycloak's admin REST API: point the client at
-this Gantry's address and regenerate its secret.
+/opt/gantry-keycloak) and runs it in development mode on loopback with its embedded
+database (a fresh copy of the template made when it was built), importing
+`platform/keycloak/lab-realm.json` as a lab would: that import is the test of the
+example. The tests then do what the setup guide (platform/keycloak/README.md) tells a lab
+administrator to do, through Keycloak's admin REST API: point the client at this Gantry's
+address and regenerate its secret.
 
 Every test using it is in the xdist group "keycloak" (`KEYCLOAK_GROUP` in its module's
-`pytestmark`), so one worker starts one Keycloak for all of them. Keycloak takes one to three minutes to start on two busy cores. Without Java or
-Maven Central the tests are skipped, except under CI=true, where they fail.
+`pytestmark`), so one worker starts one Keycloak for all of them. Keycloak takes one to
+three minutes to start on two busy cores. Without Java or Maven Central the tests are
+skipped, except under CI=true, where they fail.
 """
 
 from __future__ import annotations
