@@ -65,5 +65,25 @@ def test_job_page_shows_times_through_the_formatter(client_for, owner, project):
     job = submit_job(owner, project, name="long", command="python x.py", timeout_seconds=5400)
     html = client_for(owner).get(job.get_absolute_url()).content.decode()
     assert "1 h 30 min" in html and "5400 s" not in html
-    assert "<time datetime=" in html and "just now</time>" in html  # submitted, with the time on hover
+    assert (
+        "<time datetime=" in html and "just now</time>" in html
+    )  # submitted, with the time on hover
     assert "1.0 GiB memory" in html or "2.0 GiB memory" in html
+
+
+def test_admin_job_and_quota_forms_say_gpus(client, make_user, owner, project, tenant):
+    from jobs.services.submit import submit_job
+    from scheduling.services import set_tenant_quota
+
+    admin = make_user("root", is_staff=True, is_superuser=True)
+    client.force_login(admin)
+    job = submit_job(owner, project, name="j", command="python x.py")
+    quota, _ = set_tenant_quota(actor=owner, tenant=tenant, guaranteed_gpus=1)
+    html = client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
+    assert "<label>GPUs:</label>" in html and "<label>CPUs:</label>" in html
+    assert "Gpus" not in html
+    html = client.get(
+        reverse("admin:scheduling_tenantquota_change", args=[quota.pk])
+    ).content.decode()
+    assert "Guaranteed GPUs:</label>" in html and "GPU borrow limit:</label>" in html
+    assert "Gpus" not in html and "Guaranteed gpus" not in html
