@@ -369,6 +369,8 @@ def rows_world(tenant, project, owner, member, outsider, other_tenant, other_pro
     )
     hub_objects(tenant, project, owner)  # the tenant's image and build, a model in vision
     hub_objects(other_tenant, other_project, outsider)
+    invite(actor=owner, tenant=tenant, email="to-lab-a@example.org")  # admins' rows only
+    invite(actor=outsider, tenant=other_tenant, email="to-lab-b@example.org")
     for actor, where in ((owner, project), (owner, audio), (outsider, other_project)):
         _project_objects(actor, where)
     users = {"owner": owner, "member": member, "outsider": outsider}
