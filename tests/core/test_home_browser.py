@@ -47,10 +47,18 @@ def collect_errors(page, errors):
     page.on("response", lambda r: r.status >= 400 and errors.append(f"{r.status} {r.url}"))
 
 
+def run_notebook(owner, project):
+    notebook = submit_job(owner, project, name="explore", kind="notebook")
+    for state in ("admitted", "starting", "running"):
+        transition(notebook, state, "test")
+    return notebook
+
+
 def test_home_follows_a_job_live_and_the_theme_follows_the_system(
     asgi_server,  # noqa: F811 - the fixture imported above
     owner,
     project,
+    tmp_path,
 ):
     from playwright.sync_api import expect
 
@@ -59,6 +67,8 @@ def test_home_follows_a_job_live_and_the_theme_follows_the_system(
     client.force_login(owner)
     session = client.cookies["sessionid"].value
     errors = []
+    artefacts = tmp_path / "screenshots"  # kept by pytest's tmp_path for a look after a run
+    artefacts.mkdir()
 
     with chromium() as browser:
         # Dark: the system says dark, the page is dark, before anything is clicked.
@@ -93,6 +103,24 @@ def test_home_follows_a_job_live_and_the_theme_follows_the_system(
         expect(row).to_have_count(0)
         expect(page.locator("#home-active-jobs")).to_contain_text("Nothing of yours is running")
 
+        # A notebook left running: Open, and Stop asks first, naming what is lost. The
+        # panel's refresh waits while the dialog is open (a swap would close it).
+        notebook = []
+        in_thread(lambda: notebook.append(run_notebook(owner, project)))
+        item = page.locator(f"#home-notebooks [data-job='{notebook[0].pk}']")
+        expect(item.get_by_role("link", name="Open")).to_be_visible()
+        item.get_by_role("button", name="Stop").click()
+        dialog = page.locator(f"#stop-notebook-{notebook[0].pk}")
+        expect(dialog).to_be_visible()
+        expect(dialog).to_contain_text("unsaved notebook changes and running kernels are lost")
+        in_thread(lambda: transition(notebook[0], "succeeded", "stopped elsewhere"))
+        page.wait_for_timeout(4500)  # longer than the panel's 3 s: it would have swapped by now
+        expect(dialog).to_be_visible()
+        expect(item).to_have_count(1)
+        dialog.get_by_role("button", name="Keep it running").click()
+        expect(item).to_have_count(0)  # the refresh resumes once the dialog is closed
+        page.screenshot(path=artefacts / "home-dark.png", full_page=True)
+
         # One size rule: the browser's formatter (the upload page's) says what the server says.
         sizes = [0, 1023, 1024, 1280, 19_100, 1024 * 1024 - 20, 5 * 1024**3 + 123_456]
         assert page.evaluate("(v) => v.map((n) => window.gantryFormat.size(n))", sizes) == [
@@ -111,6 +139,9 @@ def test_home_follows_a_job_live_and_the_theme_follows_the_system(
         # And follows the system when it changes while the page is open.
         page.emulate_media(color_scheme="dark")
         expect(page.locator("html")).to_have_attribute("data-bs-theme", "dark")
+        page.emulate_media(color_scheme="light")
+        expect(page.locator("html")).to_have_attribute("data-bs-theme", "light")
+        page.screenshot(path=artefacts / "home-light.png", full_page=True)
         context.close()
 
     assert errors == []
