@@ -87,3 +87,18 @@ def test_admin_job_and_quota_forms_say_gpus(client, make_user, owner, project, t
     ).content.decode()
     assert "Guaranteed GPUs:</label>" in html and "GPU borrow limit:</label>" in html
     assert "Gpus" not in html and "Guaranteed gpus" not in html
+
+
+def test_a_project_without_members_says_who_reaches_it(client_for, make_user, owner, tenant):
+    from projects import services as project_services
+
+    root = make_user("root", is_staff=True, is_superuser=True)
+    # A superuser outside the tenant becomes no member of what they create.
+    project = project_services.create_project(actor=root, tenant=tenant, name="Ops", slug="ops")
+    html = (
+        client_for(owner)
+        .get(reverse("projects:project_members", args=[project.pk]))
+        .content.decode()
+    )
+    assert "No project members yet: only the tenant's owners and admins" in html
+    assert "Add someone to give them a project role." in html
