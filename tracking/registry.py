@@ -86,7 +86,7 @@ def create_model(caller: Caller, name, tags=None, description="") -> RegisteredM
         raise MlflowError(
             f"Registered Model (name={bare}) already exists.", "RESOURCE_ALREADY_EXISTS"
         )
-    pairs = dict(services._tag(t) for t in (tags or []))
+    pairs = dict(services._tag(t) for t in services._items(tags, "tags"))
     try:
         with transaction.atomic():
             model = hub.create_model(
@@ -193,7 +193,7 @@ def create_version(
         raise invalid(f"No files at source '{source}'.")
     if run is not None and run.experiment.project_id != model.project_id:
         raise invalid("A model version comes from a run of the model's own project.")
-    pairs = dict(services._tag(t) for t in (tags or []))
+    pairs = dict(services._tag(t) for t in services._items(tags, "tags"))
     handles = [(p, default_storage.open(f"{folder}/{p}", "rb")) for p in paths]
     try:
         with transaction.atomic():

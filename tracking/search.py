@@ -280,6 +280,8 @@ def apply_experiment_filter(experiments, clauses: list[Clause]):
 def apply_experiment_order(experiments, order_by):
     ordering = []
     for text in order_by or []:
+        if not isinstance(text, str):
+            raise invalid(f"Invalid order_by clause {text!r:.100}.")
         match = _ORDER.match(text or "")
         ident = match.group("ident").strip() if match else ""
         ident = (
@@ -357,6 +359,8 @@ def apply_order(runs, order_by: list[str]):
 
     ordering = []
     for n, text in enumerate(order_by or []):
+        if not isinstance(text, str):
+            raise invalid(f"Invalid order_by clause {text!r:.100}.")
         match = _ORDER.match(text or "")
         if match is None:
             raise invalid(f"Invalid order_by clause '{text}'.")

@@ -228,6 +228,15 @@ def _text(value, what: str, limit: int, required: bool = True) -> str:
     return value
 
 
+def _items(value, what: str) -> list:
+    """A list field (tags, datasets…): absent is empty, anything else but a list refused."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise invalid(f"Invalid value {_shown(value)[:200]} for parameter '{what}' supplied.")
+    return value
+
+
 def _key(value, what: str) -> str:
     key = _text(value, what, MAX_KEY_LENGTH)
     if key.startswith("/") or ".." in key.split("/"):
@@ -311,7 +320,7 @@ def create_experiment(caller: Caller, name, tags=None) -> Experiment:
         raise not_found(f"The project of experiment '{name}' does not exist.")
     if not caller.can("experiment.log", project):
         raise MlflowError("You may not create experiments in this project.", "PERMISSION_DENIED")
-    pairs = [_tag(t) for t in (tags or [])]
+    pairs = [_tag(t) for t in _items(tags, "tags")]
     try:
         with transaction.atomic():
             experiment = Experiment.objects.create(
@@ -413,7 +422,7 @@ def create_run(caller: Caller, experiment_id, start_time=None, tags=None, run_na
     experiment = get_experiment(caller, experiment_id, "experiment.log")
     if experiment.lifecycle_stage != Lifecycle.ACTIVE:
         raise invalid(f"The experiment {experiment.pk} must be in the 'active' state.")
-    pairs = dict(_tag(t) for t in (tags or []))
+    pairs = dict(_tag(t) for t in _items(tags, "tags"))
     name = (
         _text(run_name, "run_name", 250, required=False) or pairs.get(RUN_NAME_TAG) or _run_name()
     )
