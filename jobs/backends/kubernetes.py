@@ -35,10 +35,12 @@ from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
 logger = logging.getLogger(__name__)
 
 CAPACITY_CACHE_SECONDS = 30
-# A tenant's namespace, quota, limits and policies are applied again at most this often
-# while unchanged (a burst of launches would otherwise send 5-6 writes each; the
-# scale benchmark found them the launch's main cost); a failed launch applies at once.
-TENANT_APPLY_SECONDS = 60
+# A tenant's namespace, quota, limits and policies are applied again while unchanged at
+# most this often (a burst of launches would otherwise send 5-6 writes each). A failed
+# launch forgets them, so a namespace deleted behind Gantry's back is set up again at
+# once; with a minute, a loaded API server (about 1 s a write) kept the launch task
+# re-applying 15 tenants' objects all the time (the scale benchmark: 1 launch/s).
+TENANT_APPLY_SECONDS = 3600
 # Within this many seconds of the last check a launch does not even recompute the
 # tenant's manifests (its quota comes from the scheduling app: a query and a digest per
 # launch were a fifth of a launch's time in a burst); a changed quota applies after it.
