@@ -71,3 +71,23 @@ def test_the_full_page_has_no_out_of_band_parts_and_cancel_asks_first(client_for
 def test_an_outsider_gets_404_for_the_live_panel(client_for, owner, outsider, project):
     job = submit_job(owner, project, name="mnist", command="python train.py")
     assert client_for(outsider).get(f"/jobs/{job.pk}/", **HTMX).status_code == 404
+
+
+def test_the_live_panel_costs_a_few_queries_however_long_the_job(
+    client_for, owner, project, django_assert_max_num_queries
+):
+    """It is fetched every 10 s by every open page of a running job: its queries do not
+    grow with the timeline or the outputs."""
+    client = client_for(owner)
+    job = submit_job(owner, project, name="mnist", command="python train.py")
+    transition(job, "admitted", "admitted", placement={"hosts": {"0": "node-a"}})
+    transition(job, "starting", "starting")
+    transition(job, "running", "running")
+    live(client, job)  # warm the session and permission caches
+    with django_assert_max_num_queries(12) as few:
+        live(client, job)
+    for i in range(20):
+        data = f"file {i}".encode()
+        store_artifact(job, 0, f"out/{i}.txt", io.BytesIO(data), hashlib.sha256(data).hexdigest())
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        live(client, job)
