@@ -4,29 +4,20 @@ With its job token, the executor gets the job's run (made on first need, in the
 project's default experiment) and a job tracking token, and hands them to the command
 as MLFLOW_TRACKING_URI, MLFLOW_TRACKING_TOKEN, MLFLOW_RUN_ID and MLFLOW_EXPERIMENT_ID,
 so unchanged MLflow code logs into its own job's run. A token not good for the job in
-the URL gets the same 404 as a job that does not exist.
+the URL gets the same 404 as a job that does not exist: the agent API's one
+authentication (jobs.executor_api.executor_view).
 """
 
 from django.conf import settings
 from django.http import JsonResponse
 from django.urls import path
-from django.views.decorators.http import require_GET
 
-from jobs.services.launch import executor_job
+from jobs.executor_api import executor_view
 from tracking import jobenv
 
 
-@require_GET
-def tracking_environment(request, job_id: int):
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        response = JsonResponse({"detail": "A job token is required."}, status=401)
-        response["WWW-Authenticate"] = 'Bearer realm="executor"'
-        return response
-    found = executor_job(job_id, token.strip())
-    if found is None:
-        return JsonResponse({"detail": "Not found."}, status=404)
-    job, _ = found
+@executor_view("GET")
+def tracking_environment(request, job, rank):
     run = jobenv.run_for_job(job)
     return JsonResponse(
         {
