@@ -115,7 +115,7 @@ def gantry_chart_points(run_id: str, n: int) -> None:
     from django.db import transaction
 
     from tracking.models import Run
-    from tracking.services import Point, store_metrics
+    from tracking.services.metrics import Point, store_metrics
 
     run = Run.objects.get(run_id=run_id)
     now = int(time.time() * 1000)

@@ -17,8 +17,10 @@ from django.core.files.storage import default_storage
 from django.http import FileResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from tracking import api, services
+from tracking.api.protocol import caller_for_request
 from tracking.errors import MlflowError, invalid, not_found
+from tracking.services.access import get_run
+from tracking.services.logged_models import get_logged_model
 
 PREFIX = "mlflow-artifacts"
 CHUNK = 1 << 20
@@ -38,10 +40,10 @@ def _owner(caller, path: str, action: str):
     part inside its artifacts."""
     parts = path.split("/")
     if len(parts) >= 3 and parts[2] == "artifacts":
-        owner = services.get_run(caller, parts[1], action)
+        owner = get_run(caller, parts[1], action)
         inner = parts[3:]
     elif len(parts) >= 4 and parts[1] == "models" and parts[3] == "artifacts":
-        owner = services.get_logged_model(caller, parts[2], action)
+        owner = get_logged_model(caller, parts[2], action)
         inner = parts[4:]
     else:
         raise not_found(f"No run or logged model holds artifacts at '{path}'.")
@@ -95,7 +97,7 @@ def _name(path: str) -> str:
 @csrf_exempt
 def artifact(request, path: str):
     try:
-        caller = api._caller(request)
+        caller = caller_for_request(request)
         path = _safe(path)
         if path.startswith("registry/"):
             if request.method != "GET":
@@ -166,7 +168,7 @@ def artifact_list(request):
     try:
         if request.method != "GET":
             raise MlflowError("Listing artifacts takes GET.", "ENDPOINT_NOT_FOUND")
-        caller = api._caller(request)
+        caller = caller_for_request(request)
         path = _safe(request.GET.get("path", ""))
         if path.startswith("registry/"):
             version, inner = _registry_version(caller, path)

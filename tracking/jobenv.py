@@ -36,7 +36,7 @@ def job_token(job: Job) -> str:
 
 
 def caller_for_token(token: str):
-    from tracking.services import Caller
+    from tracking.services.access import Caller
 
     job_id, _, signature = token[len(PREFIX) :].partition("_")
     if not job_id.isdigit() or len(job_id) > 18:
@@ -56,7 +56,8 @@ def caller_for_token(token: str):
 
 def run_for_job(job: Job) -> Run:
     """The job's run, in its project's default experiment, made on first need."""
-    from tracking.services import RUN_NAME_TAG, default_experiment
+    from tracking.services.access import default_experiment
+    from tracking.services.runs import RUN_NAME_TAG
 
     run = Run.objects.filter(job=job).first()
     if run is not None:

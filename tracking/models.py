@@ -226,7 +226,7 @@ class LatestMetric(models.Model):
 class MetricRollup(models.Model):
     """A metric's values summed up per block of ROLLUP_STEPS steps (min, max, count),
     kept in step with every write: a chart of a long history reads these few rows
-    instead of every point (tracking.services.sampled_history)."""
+    instead of every point (tracking.services.metrics.sampled_history)."""
 
     ROLLUP_STEPS = 256
 

@@ -1,4 +1,4 @@
-"""MLflow's model registry on Gantry's model hub (services for tracking/api.py).
+"""MLflow's model registry on Gantry's model hub (services for tracking/api/registry.py).
 
 A registered model *is* a modelhub RegisteredModel, a version a ModelVersion (its files
 copied from the MLflow source into the hub's storage, with the run's parameters,
@@ -20,10 +20,12 @@ from django.db import transaction
 from modelhub import services as hub
 from modelhub.models import Alias, ModelVersion, RegisteredModel
 from projects.models import Project
-from tracking import services
+from tracking import search
 from tracking.errors import MlflowError, invalid, not_found
 from tracking.models import LatestMetric, Param, RegistryTag, RegistryVersionSource
-from tracking.services import Caller
+from tracking.services.access import Caller, get_run, project_of_caller, split_name
+from tracking.services.logged_models import get_logged_model
+from tracking.services.validation import integer, listed, tag_pair, text
 
 ARTIFACTS = "mlflow-artifacts"
 
@@ -35,8 +37,8 @@ def _message(exc: ValidationError) -> str:
 
 
 def _project_and_name(caller: Caller, name) -> tuple[Project | None, str]:
-    name = services._text(name, "name", 200)
-    project, bare = services._split_name(caller, name)
+    name = text(name, "name", 200)
+    project, bare = split_name(caller, name)
     if project is None and caller.project_id is not None:
         project = Project.objects.select_related("tenant").get(pk=caller.project_id)
     return project, bare
@@ -77,7 +79,7 @@ def get_version(caller: Caller, name, version, action: str = "model.view") -> Mo
 def create_model(caller: Caller, name, tags=None, description="") -> RegisteredModel:
     project, bare = _project_and_name(caller, name)
     if project is None:
-        project = services._project_of_caller(caller, f"Registered model '{name}'")
+        project = project_of_caller(caller, f"Registered model '{name}'")
     if not caller.can("model.view", project):
         raise not_found(f"The project of model '{name}' does not exist.")
     if not caller.can("model.register", project):
@@ -86,7 +88,7 @@ def create_model(caller: Caller, name, tags=None, description="") -> RegisteredM
         raise MlflowError(
             f"Registered Model (name={bare}) already exists.", "RESOURCE_ALREADY_EXISTS"
         )
-    pairs = dict(services._tag(t) for t in services._items(tags, "tags"))
+    pairs = dict(tag_pair(t) for t in listed(tags, "tags"))
     try:
         with transaction.atomic():
             model = hub.create_model(
@@ -104,7 +106,7 @@ def update_model(caller: Caller, name, *, new_name=None, description=None) -> Re
     model = get_model(caller, name, "model.register")
     fields = {}
     if new_name is not None:
-        fields["name"] = services._text(new_name, "new_name", 200)
+        fields["name"] = text(new_name, "new_name", 200)
     if description is not None:
         fields["description"] = str(description)[:500]
     try:
@@ -123,7 +125,7 @@ def delete_model(caller: Caller, name) -> None:
 def set_tag(caller: Caller, name, key, value, version=None) -> None:
     model = get_model(caller, name, "model.register")
     target = get_version(caller, name, version) if version is not None else None
-    key, value = services._tag({"key": key, "value": value})
+    key, value = tag_pair({"key": key, "value": value})
     RegistryTag.objects.update_or_create(
         model=model, version=target, key=key, defaults={"value": value}
     )
@@ -138,7 +140,7 @@ def delete_tag(caller: Caller, name, key, version=None) -> None:
 def _source_files(caller: Caller, source: str) -> tuple[str, object, object]:
     """(storage folder, run or None, logged model or None) of a version's source URI."""
     if source.startswith("models:/"):
-        logged = services.get_logged_model(caller, source[len("models:/") :].strip("/"))
+        logged = get_logged_model(caller, source[len("models:/") :].strip("/"))
         return (
             f"{ARTIFACTS}/{logged.experiment_id}/models/{logged.model_id}/artifacts",
             logged.run,
@@ -146,7 +148,7 @@ def _source_files(caller: Caller, source: str) -> tuple[str, object, object]:
         )
     if source.startswith("runs:/"):
         run_id, _, path = source[len("runs:/") :].partition("/")
-        run = services.get_run(caller, run_id)
+        run = get_run(caller, run_id)
         return (
             posixpath.join(f"{ARTIFACTS}/{run.experiment_id}/{run.run_id}/artifacts", path),
             run,
@@ -156,10 +158,10 @@ def _source_files(caller: Caller, source: str) -> tuple[str, object, object]:
         path = source[len("mlflow-artifacts:/") :].strip("/")
         parts = path.split("/")
         if len(parts) >= 4 and parts[1] == "models":
-            logged = services.get_logged_model(caller, parts[2])
+            logged = get_logged_model(caller, parts[2])
             return f"{ARTIFACTS}/{path}", logged.run, logged
         if len(parts) >= 3:
-            run = services.get_run(caller, parts[1])
+            run = get_run(caller, parts[1])
             return f"{ARTIFACTS}/{path}", run, None
     raise invalid(
         f"Unsupported source '{source}': Gantry registers models:/<model id>, runs:/<run>/<path> "
@@ -182,7 +184,7 @@ def create_version(
     caller: Caller, name, source, run_id=None, tags=None, description="", model_id=None
 ) -> ModelVersion:
     model = get_model(caller, name, "model.register")
-    source = services._text(source, "source", 1000)
+    source = text(source, "source", 1000)
     if model_id and not source.startswith("models:/"):
         source_for_files = f"models:/{model_id}"
     else:
@@ -193,7 +195,7 @@ def create_version(
         raise invalid(f"No files at source '{source}'.")
     if run is not None and run.experiment.project_id != model.project_id:
         raise invalid("A model version comes from a run of the model's own project.")
-    pairs = dict(services._tag(t) for t in services._items(tags, "tags"))
+    pairs = dict(tag_pair(t) for t in listed(tags, "tags"))
     handles = [(p, default_storage.open(f"{folder}/{p}", "rb")) for p in paths]
     try:
         with transaction.atomic():
@@ -270,7 +272,7 @@ def search_models(caller: Caller, filter_string, max_results, offset):
     queryset = RegisteredModel.objects.visible_to(caller.user).select_related("project__tenant")
     if caller.project_id is not None:
         queryset = queryset.filter(project_id=caller.project_id)
-    for clause in services.search.parse_filter(filter_string, experiments=True):
+    for clause in search.parse_filter(filter_string, experiments=True):
         if clause.kind == "tag":
             # MLflow 3 clients hide prompts with `tags.mlflow.prompt.is_prompt != 'true'`: a
             # model without the tag passes a !=, as in MLflow.
@@ -284,13 +286,13 @@ def search_models(caller: Caller, filter_string, max_results, offset):
                 method = queryset.exclude if clause.op == "IS NULL" else queryset.filter
                 queryset = method(pk__in=tags.values("model_id"))
                 continue
-            matching = tags.filter(services.search._string_q("value", clause.op, clause.value))
+            matching = tags.filter(search._string_q("value", clause.op, clause.value))
             queryset = queryset.filter(pk__in=matching.values("model_id"))
         elif clause.kind == "attribute" and clause.key == "name":
-            queryset = queryset.filter(services.search._string_q("name", clause.op, clause.value))
+            queryset = queryset.filter(search._string_q("name", clause.op, clause.value))
         else:
             raise invalid("Registered models are searched by name and tags.")
-    limit = services._int(max_results, "max_results", default=100, minimum=1)
+    limit = integer(max_results, "max_results", default=100, minimum=1)
     page = list(queryset.order_by("name", "pk")[offset : offset + limit + 1])
     return page[:limit], (offset + limit if len(page) > limit else None)
 
@@ -299,7 +301,7 @@ def search_versions(caller: Caller, filter_string, max_results, offset):
     queryset = ModelVersion.objects.visible_to(caller.user).select_related("model__project__tenant")
     if caller.project_id is not None:
         queryset = queryset.filter(model__project_id=caller.project_id)
-    for clause in services.search.parse_filter(filter_string, models=True):
+    for clause in search.parse_filter(filter_string, models=True):
         if (
             clause.kind != "attribute"
             or clause.key not in ("name", "source_run_id")
@@ -307,7 +309,7 @@ def search_versions(caller: Caller, filter_string, max_results, offset):
         ):
             raise invalid("Model versions are searched by name and run_id.")
         field = "model__name" if clause.key == "name" else "mlflow_source__run_id"
-        queryset = queryset.filter(services.search._string_q(field, clause.op, clause.value))
-    limit = services._int(max_results, "max_results", default=10000, minimum=1)
+        queryset = queryset.filter(search._string_q(field, clause.op, clause.value))
+    limit = integer(max_results, "max_results", default=10000, minimum=1)
     page = list(queryset.order_by("model__name", "-number")[offset : offset + limit + 1])
     return page[:limit], (offset + limit if len(page) > limit else None)

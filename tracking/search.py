@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.db.models import Exists, F, OuterRef, Q, Subquery
 
 from tracking.errors import invalid
+from tracking.models import Lifecycle
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -384,3 +385,15 @@ def apply_order(runs, order_by: list[str]):
         )
     ordering += [F("start_time").desc(nulls_last=True), F("run_id").asc()]
     return runs.order_by(*ordering)
+
+
+def apply_view_type(queryset, view_type):
+    """MLflow's view type: ACTIVE_ONLY (the default), DELETED_ONLY or ALL."""
+    view_type = view_type or "ACTIVE_ONLY"
+    if view_type == "ACTIVE_ONLY":
+        return queryset.filter(lifecycle_stage=Lifecycle.ACTIVE)
+    if view_type == "DELETED_ONLY":
+        return queryset.filter(lifecycle_stage=Lifecycle.DELETED)
+    if view_type == "ALL":
+        return queryset
+    raise invalid(f"Invalid view type '{view_type}': ACTIVE_ONLY, DELETED_ONLY or ALL.")
