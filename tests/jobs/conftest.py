@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from jobs import tasks as job_tasks
 from jobs.backends import get_backend, reset_backends
 from jobs.backends.local import process_start_time
 from jobs.models import Job, JobWorker
@@ -66,7 +67,7 @@ def wait_for(job, *states, timeout=WAIT_SECONDS, reconcile=False, step=None):
     while True:
         tasks.admit_and_launch()
         if reconcile:
-            tasks.reconcile()
+            job_tasks.reconcile()
         job.refresh_from_db()
         if job.state in states:
             return job
