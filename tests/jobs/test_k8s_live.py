@@ -335,7 +335,9 @@ def test_platform_applies_server_side_and_its_objects_exist(kube, gantry_kubecon
     assert admin.apps.list_namespaced_replica_set("gantry").items
 
 
-def test_every_generated_object_is_accepted_with_quota_and_limits_on(gantry, tenant_project):
+def test_every_generated_object_is_accepted_with_quota_and_limits_on(
+    gantry, tenant_project, monkeypatch
+):
     """Every job kind and option from the golden cases, created for real as Gantry's
     ServiceAccount (server-side dry run: validation, defaulting and every admission
     plugin, ResourceQuota and LimitRanger included), in a namespace Gantry set up."""
@@ -366,7 +368,11 @@ def test_every_generated_object_is_accepted_with_quota_and_limits_on(gantry, ten
             assert made.metadata.name == manifest["metadata"]["name"], case
             created += 1
     assert created == 30  # 11 cases: Secrets, Services, gang policies, Jobs, Pods
-    # Applying the tenant again (quota changed) updates in place.
+    # Applying the tenant again (quota changed) updates in place, once the backend's
+    # check window (TENANT_CHECK_SECONDS) has passed.
+    from jobs.backends import kubernetes
+
+    monkeypatch.setattr(kubernetes, "TENANT_CHECK_SECONDS", 0)
     TenantQuota.objects.filter(tenant=tenant).update(guaranteed_gpus=4)
     gantry.backend.ensure_tenant(conn, tenant)
     quota = gantry.admin.core.read_namespaced_resource_quota("gantry-quota", ns)
