@@ -4,7 +4,7 @@ The live scheduler builds a :class:`Snapshot` once per pass and calls :func:`sch
 ``bench/simulate.py`` and :func:`run_simulation` drive the very same function on traces.
 """
 
-from .policy import (
+from .policy.data import (
     WAIT_CODES,
     Decision,
     JobRequest,
@@ -15,10 +15,9 @@ from .policy import (
     RunningJob,
     Snapshot,
     WaitReason,
-    human_duration,
-    schedule,
-    schedule_fifo,
 )
+from .policy.messages import human_duration
+from .policy.schedule_pass import schedule, schedule_fifo
 from .simulator import (
     SimulationError,
     check_state,

@@ -1,8 +1,8 @@
 """Admission: which queued jobs start now, decided by the scheduling policy.
 
-Each pass reads the cluster once into a `scheduling.policy.Snapshot`, calls
-`scheduling.policy.schedule` (the same pure function `manage.py simulate` replays traces
-through) and maps its Decision back onto the database:
+Each pass reads the cluster once into a `scheduling.policy.data.Snapshot`, calls
+`scheduling.policy.schedule_pass.schedule` (the same pure function `manage.py simulate`
+replays traces through) and maps its Decision back onto the database:
 
 * **admitted** jobs move to `admitted` with `placement["nodes"]` (node name -> workers)
   from the policy and, per worker rank, the node it runs on and concrete, exclusive GPU
@@ -53,7 +53,8 @@ from jobs.backends import get_backend
 from jobs.models import Job
 from jobs.states import ACTIVE, TERMINAL, JobState, transition
 from scheduling.models import TenantQuota
-from scheduling.policy import JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot, schedule
+from scheduling.policy.data import JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot
+from scheduling.policy.schedule_pass import schedule
 
 ADMISSION_LOCK = 0x6A6F6273  # "jobs"
 # The live pass keeps immediate reclaim: the preemption guards the simulator measures with

@@ -60,17 +60,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from .policy import (
-    Decision,
-    JobRequest,
-    Node,
-    PolicyConfig,
-    Quota,
-    RunningJob,
-    Snapshot,
-    schedule,
-    schedule_fifo,
-)
+from .policy.data import Decision, JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot
+from .policy.schedule_pass import schedule, schedule_fifo
 from .traces import TraceJob
 
 __all__ = [

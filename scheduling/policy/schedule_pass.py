@@ -5,7 +5,7 @@ No Django, no I/O, no clocks: the live scheduler and the trace simulator call th
 
 Policy, in order of application (see ``schedule``):
 
-1. **Ranking** (``_Ranker``). Pending jobs are ordered by priority (higher first). The
+1. **Ranking** (``Ranker``). Pending jobs are ordered by priority (higher first). The
    oldest ``fifo_tail_fraction`` (a fifth) of the queue comes next, in submit order: the
    tail guard (relative, so it stays a guard on a busy cluster where every job has waited
    hours; ``fifo_age_s`` adds an absolute age, off by default). The
@@ -56,554 +56,13 @@ Policy, in order of application (see ``schedule``):
 
 from __future__ import annotations
 
-import heapq
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
-
-__all__ = [
-    "Decision",
-    "JobRequest",
-    "Node",
-    "PolicyConfig",
-    "Quota",
-    "Reservation",
-    "RunningJob",
-    "Snapshot",
-    "WaitReason",
-    "WAIT_CODES",
-    "human_duration",
-    "schedule",
-    "schedule_fifo",
-]
-
-INF = math.inf
-
-WAIT_CODES = (
-    "quota",
-    "capacity",
-    "gang",
-    "reserved_for_head",
-    "too_large_for_cluster",
-    "too_large_for_quota",
-)
-
-
-# --------------------------------------------------------------------------- data model
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    name: str
-    gpus: int
-    cpus: float
-    memory_mb: int
-    gpu_model: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Quota:
-    tenant: str
-    guaranteed_gpus: int
-    borrow_limit_gpus: int = 0
-    max_cpus: float | None = None
-    max_memory_mb: int | None = None
-    max_jobs: int | None = None
-    weight: float = 1.0
-
-    @property
-    def max_gpus(self) -> int:
-        return self.guaranteed_gpus + self.borrow_limit_gpus
-
-
-@dataclass(frozen=True, slots=True)
-class JobRequest:
-    id: str
-    tenant: str
-    priority: int
-    submit_time: float
-    workers: int
-    gpus_per_worker: int
-    cpus_per_worker: float = 0.0
-    memory_mb_per_worker: int = 0
-    estimated_duration: float | None = None
-    gpu_model: str = ""
-
-    @property
-    def total_gpus(self) -> int:
-        return self.workers * self.gpus_per_worker
-
-    @property
-    def total_cpus(self) -> float:
-        return self.workers * self.cpus_per_worker
-
-    @property
-    def total_memory_mb(self) -> int:
-        return self.workers * self.memory_mb_per_worker
-
-
-@dataclass(frozen=True, slots=True)
-class RunningJob:
-    request: JobRequest
-    placement: Mapping[str, int]  # node name -> number of workers on it
-    start_time: float
-    borrowed: bool = False  # label at admission time; the policy recomputes it every pass
-
-    @property
-    def estimated_end(self) -> float | None:
-        est = self.request.estimated_duration
-        return None if est is None else self.start_time + est
-
-
-@dataclass(slots=True)
-class Snapshot:
-    nodes: Sequence[Node]
-    quotas: Mapping[str, Quota]
-    running: Sequence[RunningJob] = ()
-    pending: Sequence[JobRequest] = ()
-    usage_history: Mapping[str, float] = field(default_factory=dict)  # decayed GPU-seconds
-
-
-class WaitReason(NamedTuple):
-    """Why a job is still pending: code, plain-words message, 1-based position, ETA."""
-
-    code: str
-    message: str
-    position: int
-    estimated_start: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    job_id: str
-    start: float | None  # None: depends on jobs without an estimate
-    placement: Mapping[str, int]
-
-
-@dataclass(slots=True)
-class Decision:
-    admit: list[tuple[str, dict[str, int]]] = field(default_factory=list)
-    preempt: list[tuple[str, str]] = field(default_factory=list)
-    waiting: dict[str, WaitReason] = field(default_factory=dict)
-    reservation: Reservation | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyConfig:
-    fair_share: bool = True
-    backfill: bool = True
-    preemption: bool = True
-    # usage_history (GPU-seconds) / usage_window_s = average GPUs over the decay window.
-    usage_window_s: float = 86_400.0
-    # Ranking (see _Ranker): seconds of queue position one second of estimated runtime
-    # costs, up to the cap (a job without an estimate: the queue's median estimate) ...
-    runtime_weight: float = 1.0
-    runtime_cap_s: float = 3600.0
-    # The runtime term fades linearly with the job's age and is gone at this age, so a long
-    # job that has waited this long is ranked by submit time (and fair share) alone.
-    runtime_age_s: float = 2 * 3600.0
-    # ... and seconds of queue position per doubling of a tenant's service over its share.
-    fair_share_s: float = 60.0
-    # A job that fits in its tenant's guarantee (GPUs running now) moves this far ahead: idle
-    # guaranteed capacity goes to its owner before anyone borrows, so reclaim is rarely needed.
-    guarantee_boost_s: float = 0.0
-    # Highest-response-ratio-next ranking (replaces the additive runtime term when > 0): a
-    # job's virtual submit time is now - response_ratio_s x (waited + e) / e, where e is its
-    # estimate (at least min_estimate_s) x GPUs ** gpu_exponent; the tenant terms above add.
-    response_ratio_s: float = 3600.0
-    min_estimate_s: float = 900.0
-    gpu_exponent: float = 0.0
-    # Jobs that have waited fifo_age_s go first, in submit order (the tail guard); with
-    # fifo_head, so do all jobs until the first that cannot start (the EASY head). The rest
-    # go by rank.
-    fifo_head: bool = False
-    fifo_age_s: float = INF
-    # Relative tail guard: the oldest fifo_tail_fraction of the queue (by submit time) goes
-    # first in submit order, whatever its age (0: off). An absolute age (2 h before) turned
-    # the policy into FIFO + EASY on a busy cluster, where nearly every job waits that long;
-    # on the Philly windows 0.2 met both goals in most windows (0.05, 0.1 and 0.3 fewer).
-    fifo_tail_fraction: float = 0.2
-    # A running job younger than this is not preempted (limits thrashing).
-    min_runtime_before_preempt_s: float = 600.0
-    # A job within its tenant's guarantee reclaims borrowed GPUs only after waiting this long
-    # (inf: never, Kueue's reclaimWithinCohort: Never; the guarantee boost gives it the GPUs
-    # that free up first instead). Live admission sets 0.
-    reclaim_after_wait_s: float = INF
-    # Reclaim preempts a borrowed job only if the work it loses (GPU-seconds run) is at most
-    # this times the claimant's GPUs x time waited (inf: any borrowed job).
-    reclaim_work_ratio: float = 0.25
-    # ... and never one whose estimated end is nearer than this: it frees its GPUs soon anyway.
-    reclaim_min_remaining_s: float = 3600.0
-    # Bound on the work spent on preemption searches in one pass.
-    max_preemption_attempts: int = 16
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def human_duration(seconds: float) -> str:
-    """'~45 min', '~2 h', '~3 d' style rounding for messages."""
-    s = max(0.0, float(seconds))
-    if s < 90:
-        return f"{int(round(s))} s"
-    if s < 90 * 60:
-        return f"{int(round(s / 60))} min"
-    if s < 36 * 3600:
-        return f"{int(round(s / 3600))} h"
-    return f"{int(round(s / 86400))} d"
-
-
-def _plural(n: float, word: str) -> str:
-    n = int(n) if float(n).is_integer() else n
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _share(q: Quota | None) -> float:
-    if q is None:
-        return 1e-9
-    return max(q.weight, 1e-9) * max(float(q.guaranteed_gpus), 0.5)
-
-
-class _Cluster:
-    """Free capacity per node with best-fit buckets keyed by free GPUs (per GPU model).
-
-    ``eg/ec/em`` ("extra") exist while a reservation is active: what each node can still
-    give to a job that runs past the reserved start without breaking the reservation.
-    """
-
-    __slots__ = (
-        "names",
-        "index",
-        "model",
-        "cap_g",
-        "cap_c",
-        "cap_m",
-        "fg",
-        "fc",
-        "fm",
-        "free_g",
-        "maxg",
-        "buckets",
-        "models",
-        "eg",
-        "ec",
-        "em",
-        "extra_g",
-    )
-
-    def __init__(self, nodes: Sequence[Node]) -> None:
-        self.names = [n.name for n in nodes]
-        self.index = {n.name: i for i, n in enumerate(nodes)}
-        self.model = [n.gpu_model for n in nodes]
-        self.cap_g = [n.gpus for n in nodes]
-        self.cap_c = [float(n.cpus) for n in nodes]
-        self.cap_m = [n.memory_mb for n in nodes]
-        self.fg = list(self.cap_g)
-        self.fc = list(self.cap_c)
-        self.fm = list(self.cap_m)
-        self.maxg = max(self.cap_g, default=0)
-        self.models = sorted(set(self.model))
-        self.buckets: dict[str, list[dict[int, None]]] = {}
-        self.eg: list[int] | None = None
-        self.ec: list[float] | None = None
-        self.em: list[int] | None = None
-        self.extra_g = 0
-        self.free_g = 0
-
-    def build(self) -> None:
-        self.buckets = {m: [{} for _ in range(self.maxg + 1)] for m in self.models}
-        for i, f in enumerate(self.fg):
-            self.buckets[self.model[i]][min(max(f, 0), self.maxg)][i] = None
-        self.free_g = sum(f for f in self.fg if f > 0)
-
-    def _move(self, i: int, old: int, new: int) -> None:
-        ob = min(max(old, 0), self.maxg)
-        nb = min(max(new, 0), self.maxg)
-        if ob != nb:
-            b = self.buckets[self.model[i]]
-            del b[ob][i]
-            b[nb][i] = None
-        self.free_g += max(new, 0) - max(old, 0)
-
-    def take(self, i: int, g: int, c: float, m: int, extra: bool = False) -> None:
-        old = self.fg[i]
-        self.fg[i] = old - g
-        self.fc[i] -= c
-        self.fm[i] -= m
-        if self.buckets:
-            self._move(i, old, old - g)
-        if extra and self.eg is not None:
-            self.eg[i] -= g
-            self.ec[i] -= c
-            self.em[i] -= m
-            self.extra_g -= g
-
-    def give(self, i: int, g: int, c: float, m: int, extra: bool = False) -> None:
-        self.take(i, -g, -c, -m, extra)
-
-    def find(self, g: int, c: float, m: int, model: str, constrained: bool) -> int:
-        models = (model,) if model else self.models
-        fc, fm = self.fc, self.fm
-        eg, ec, em = self.eg, self.ec, self.em
-        for level in range(max(g, 0), self.maxg + 1):
-            for mdl in models:
-                blist = self.buckets.get(mdl)
-                if blist is None:
-                    continue
-                for i in blist[level]:
-                    if (
-                        fc[i] >= c
-                        and fm[i] >= m
-                        and (not constrained or (eg[i] >= g and ec[i] >= c and em[i] >= m))
-                    ):
-                        return i
-        return -1
-
-    def place(self, job: JobRequest, constrained: bool) -> dict[str, int] | None:
-        g, c, m = job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker
-        taken: list[int] = []
-        for _ in range(job.workers):
-            i = self.find(g, c, m, job.gpu_model, constrained)
-            if i < 0:
-                for k in taken:
-                    self.give(k, g, c, m, constrained)
-                return None
-            self.take(i, g, c, m, constrained)
-            taken.append(i)
-        placement: dict[str, int] = {}
-        for k in taken:
-            name = self.names[k]
-            placement[name] = placement.get(name, 0) + 1
-        return placement
-
-    def unplace(self, job: JobRequest, placement: Mapping[str, int], constrained: bool) -> None:
-        g, c, m = job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker
-        for name, w in placement.items():
-            self.give(self.index[name], w * g, w * c, w * m, constrained)
-
-
-def _fits_count(fg: int, fc: float, fm: int, g: int, c: float, m: int) -> int:
-    """How many identical workers fit in the given free amounts."""
-    k = INF
-    if g > 0:
-        k = fg // g
-    if c > 0:
-        k = min(k, math.floor(fc / c + 1e-9))
-    if m > 0:
-        k = min(k, fm // m)
-    if k == INF:
-        return 1 << 30
-    return max(int(k), 0)
-
-
-class _ShapeInfo:
-    """Per worker shape: what the empty cluster can hold (cached across a pass)."""
-
-    __slots__ = ("max_workers", "max_gpus")
-
-    def __init__(self, max_workers: int, max_gpus: int) -> None:
-        self.max_workers = max_workers
-        self.max_gpus = max_gpus
-
-
-class _Common:
-    """State shared by the Gantry policy and the FIFO baseline during one pass."""
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        nodes = snapshot.nodes
-        self.cl = _Cluster(nodes)
-        self.quotas = snapshot.quotas
-        types: dict[tuple, int] = {}
-        for n in nodes:
-            key = (n.gpus, float(n.cpus), n.memory_mb, n.gpu_model)
-            types[key] = types.get(key, 0) + 1
-        self.node_types = types
-        self.largest = (
-            max((n.gpus for n in nodes), default=0),
-            max((n.cpus for n in nodes), default=0),
-            max((n.memory_mb for n in nodes), default=0),
-        )
-        self.shapes: dict[tuple, _ShapeInfo] = {}
-        self.used_g: dict[str, int] = {}
-        self.used_c: dict[str, float] = {}
-        self.used_m: dict[str, int] = {}
-        self.used_j: dict[str, int] = {}
-        self.running: list[RunningJob] = list(snapshot.running)
-        cl = self.cl
-        used_g, used_c, used_m, used_j = self.used_g, self.used_c, self.used_m, self.used_j
-        for rj in self.running:
-            r = rj.request
-            t = r.tenant
-            g, c, m, n = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker, r.workers
-            used_g[t] = used_g.get(t, 0) + n * g
-            used_c[t] = used_c.get(t, 0.0) + n * c
-            used_m[t] = used_m.get(t, 0) + n * m
-            used_j[t] = used_j.get(t, 0) + 1
-            for name, w in rj.placement.items():
-                i = cl.index.get(name)
-                if i is not None:
-                    cl.fg[i] -= w * g
-                    cl.fc[i] -= w * c
-                    cl.fm[i] -= w * m
-        cl.build()
-
-    # -- usage bookkeeping
-    def charge(self, r: JobRequest, sign: int = 1) -> None:
-        t = r.tenant
-        self.used_g[t] = self.used_g.get(t, 0) + sign * r.total_gpus
-        self.used_c[t] = self.used_c.get(t, 0.0) + sign * r.total_cpus
-        self.used_m[t] = self.used_m.get(t, 0) + sign * r.total_memory_mb
-        self.used_j[t] = self.used_j.get(t, 0) + sign
-
-    def shape(self, r: JobRequest) -> _ShapeInfo:
-        key = (r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker, r.gpu_model)
-        info = self.shapes.get(key)
-        if info is None:
-            g, c, m, model = key
-            mw = 0
-            mg = 0
-            for (ng, nc, nm, nmodel), count in self.node_types.items():
-                if model and nmodel != model:
-                    continue
-                mw += count * min(_fits_count(ng, nc, nm, g, c, m), 1 << 30)
-                mg += count * ng
-            info = _ShapeInfo(mw, mg)
-            self.shapes[key] = info
-        return info
-
-    def too_large(self, r: JobRequest) -> tuple[str, str] | None:
-        q = self.quotas.get(r.tenant)
-        total_g = r.total_gpus
-        if q is None:
-            return (
-                "too_large_for_quota",
-                f"tenant {r.tenant} has no quota on this cluster, so this job cannot run; "
-                "ask an administrator for a quota",
-            )
-        if total_g > q.max_gpus:
-            return (
-                "too_large_for_quota",
-                f"needs {_plural(total_g, 'GPU')} but tenant {r.tenant} may use at most "
-                f"{q.max_gpus} ({q.guaranteed_gpus} guaranteed + {q.borrow_limit_gpus} "
-                "borrowable); reduce the job or ask for a larger quota",
-            )
-        if q.max_cpus is not None and r.total_cpus > q.max_cpus + 1e-9:
-            return (
-                "too_large_for_quota",
-                f"needs {r.total_cpus:g} CPUs but tenant {r.tenant} may use at most "
-                f"{q.max_cpus:g}; reduce the job or ask for a larger quota",
-            )
-        if q.max_memory_mb is not None and r.total_memory_mb > q.max_memory_mb:
-            return (
-                "too_large_for_quota",
-                f"needs {r.total_memory_mb} MB of memory but tenant {r.tenant} may use at "
-                f"most {q.max_memory_mb} MB; reduce the job or ask for a larger quota",
-            )
-        if q.max_jobs is not None and q.max_jobs < 1:
-            return ("too_large_for_quota", f"tenant {r.tenant} may not run any jobs")
-        info = self.shape(r)
-        if info.max_workers >= r.workers:
-            return None
-        model = f" {r.gpu_model}" if r.gpu_model else ""
-        if info.max_workers == 0:
-            lg, lc, lm = self.largest
-            return (
-                "too_large_for_cluster",
-                f"one worker needs {_plural(r.gpus_per_worker, model.strip() + ' GPU' if model else 'GPU')}, "
-                f"{r.cpus_per_worker:g} CPUs and {r.memory_mb_per_worker} MB but no node is that "
-                f"big (largest: {lg} GPUs, {lc:g} CPUs, {lm} MB); split it into more workers",
-            )
-        if total_g > info.max_gpus:
-            return (
-                "too_large_for_cluster",
-                f"needs {total_g}{model} GPUs but the whole cluster has {info.max_gpus}",
-            )
-        return (
-            "too_large_for_cluster",
-            f"needs {r.workers} workers but at most {info.max_workers} workers of this size "
-            "fit on the whole cluster even when it is empty",
-        )
-
-    def quota_block(self, r: JobRequest) -> str | None:
-        q = self.quotas[r.tenant]
-        t = r.tenant
-        ug = self.used_g.get(t, 0)
-        if ug + r.total_gpus > q.max_gpus:
-            if q.borrow_limit_gpus:
-                tail = f"and may borrow at most {q.borrow_limit_gpus} more"
-            else:
-                tail = "and nothing can be borrowed"
-            return (
-                f"waiting for {_plural(r.total_gpus, 'GPU')}; tenant {t} uses {ug} of its "
-                f"{q.guaranteed_gpus} guaranteed GPUs {tail}; it starts when the tenant's "
-                "own jobs finish"
-            )
-        if q.max_cpus is not None and self.used_c.get(t, 0.0) + r.total_cpus > q.max_cpus + 1e-9:
-            return (
-                f"waiting for {r.total_cpus:g} CPUs; tenant {t} uses "
-                f"{self.used_c.get(t, 0.0):g} of its {q.max_cpus:g} CPU limit"
-            )
-        if q.max_memory_mb is not None and (
-            self.used_m.get(t, 0) + r.total_memory_mb > q.max_memory_mb
-        ):
-            return (
-                f"waiting for {r.total_memory_mb} MB of memory; tenant {t} uses "
-                f"{self.used_m.get(t, 0)} MB of its {q.max_memory_mb} MB limit"
-            )
-        if q.max_jobs is not None and self.used_j.get(t, 0) + 1 > q.max_jobs:
-            return f"tenant {t} already runs {self.used_j.get(t, 0)} of its {q.max_jobs} jobs"
-        return None
-
-    def capacity_message(self, r: JobRequest) -> tuple[str, str]:
-        """Why a quota-admissible job does not fit right now: 'capacity' or 'gang'."""
-        q = self.quotas[r.tenant]
-        t = r.tenant
-        need = r.total_gpus
-        free = self.cl.free_g
-        ug = self.used_g.get(t, 0)
-        if need <= free and r.workers > 1:
-            return (
-                "gang",
-                f"waiting for {r.workers} workers x {r.gpus_per_worker} GPUs placed together; "
-                f"{free} GPUs are free but too scattered across nodes for the whole gang",
-            )
-        if need <= free:
-            return (
-                "capacity",
-                f"waiting for {_plural(need, 'GPU')} on one node; {free} GPUs are free but no "
-                "single node has room for it",
-            )
-        if ug + need <= q.guaranteed_gpus:
-            tail = (
-                f"tenant {t} uses {ug} of its {q.guaranteed_gpus} guaranteed GPUs; the rest is "
-                "held by jobs that cannot be preempted"
-            )
-        else:
-            tail = (
-                f"tenant {t} uses {ug} of its {q.guaranteed_gpus} guaranteed GPUs and no idle "
-                "capacity is left to borrow"
-            )
-        return "capacity", f"waiting for {_plural(need, 'GPU')}; {free} free in the cluster; {tail}"
-
-
-def _finish_decision(
-    order: Sequence[JobRequest],
-    admitted: set[str],
-    pre: Mapping[str, tuple[str, str, float | None]],
-    decision: Decision,
-) -> Decision:
-    pos = 0
-    waiting = decision.waiting
-    make = WaitReason._make
-    for r in order:
-        rid = r.id
-        if rid in admitted:
-            continue
-        pos += 1
-        code, msg, est = pre[rid]
-        waiting[rid] = make((code, msg, pos, est))
-    return decision
+from .data import INF, Decision, JobRequest, PolicyConfig, Reservation, RunningJob, Snapshot
+from .messages import finish_decision, human_duration
+from .placement import fits_count
+from .quotas import PassState
+from .ranking import Ranker
+
+__all__ = ["schedule", "schedule_fifo"]
 
 
 # --------------------------------------------------------------------------- Gantry policy
@@ -618,180 +77,24 @@ class _Victim:
         self.g = rj.request.total_gpus
 
 
-class _Ranker:
-    """The pass order, produced lazily because it depends on this pass's admissions.
+def schedule(  # noqa: C901 - the hot loop; see the docstring
+    snapshot: Snapshot, now: float, config: PolicyConfig | None = None
+) -> Decision:
+    """One scheduling pass of the Gantry policy (see the module docstring).
 
-    Within a tenant, jobs are ordered by (priority desc, *virtual submit time* =
-    submit time + ``runtime_weight`` x min(estimate, ``runtime_cap_s``) x (1 - age /
-    ``runtime_age_s``), id): a short job is preferred over a long one submitted a little
-    earlier, but never by more than the cap, and the term fades as a job waits, so long jobs
-    age to the front. A job without an estimate counts as the median estimate of the queued
-    jobs that have one (and it is never backfilled past a reservation). Across tenants the heads of the tenants' queues are
-    merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
-    a tenant's *service* is its attained GPU service (decayed usage over the window + GPUs
-    running now, including jobs admitted earlier in this pass) relative to its share
-    (weight x guaranteed GPUs): a tenant at twice its share is pushed back by
-    ``fair_share_s``, one at half its share is brought forward by it. The number or length
-    of a tenant's *pending* jobs does not count against it. A preempted job is requeued with
-    its original submit time, so it keeps its place.
+    One function on purpose (issue 21 allows the scheduler's hot loop over complexity
+    20): a pass walks up to 10,000 pending jobs in one loop, and the per-job steps
+    (memo lookups, placement, the preemption and reservation closures over the pass's
+    local state) read and write a dozen locals; as separate functions each job would pay
+    several extra calls and attribute lookups, which cost measurable time at that size
+    (``bench/simulate.py``'s micro-benchmark). The parts that are not per job live in
+    their own modules: ``data``, ``placement``, ``quotas``, ``ranking``, ``messages``.
     """
-
-    __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
-                 "guar", "head_found", "now", "bonus")
-
-    def __init__(
-        self, snapshot: Snapshot, common: _Common, cfg: PolicyConfig, now: float
-    ) -> None:
-        self.cfg = cfg
-        self.head_found = lambda: False
-        self.now = now
-        pend = list(snapshot.pending)
-        self.plain = not cfg.fair_share
-        if self.plain:
-            pend.sort(key=lambda r: (-r.priority, r.submit_time, r.id))
-            self.queues = {"": pend}
-            self.pos = {"": 0}
-            self.heap = []
-            return
-        w = cfg.runtime_weight
-        cap = cfg.runtime_cap_s
-        age_limit = cfg.runtime_age_s
-        # A job without an estimate counts as the median estimate of those that have one:
-        # neither ahead of nor behind a typical job for leaving its timeout unset.
-        known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
-        typical = known[(len(known) - 1) // 2] if known else 0.0
-        queues: dict[str, list] = {}
-        rr, min_e, gexp = cfg.response_ratio_s, cfg.min_estimate_s, cfg.gpu_exponent
-        for r in pend:
-            est = r.estimated_duration
-            if est is None:
-                est = typical
-            v = r.submit_time
-            age = now - v
-            if rr > 0:
-                # Highest response ratio next: (waited + expected runtime) / expected runtime.
-                e = est if est > min_e else min_e
-                if gexp:
-                    e *= (r.workers * r.gpus_per_worker or 1) ** gexp
-                v = now - rr * ((age if age > 0.0 else 0.0) + e) / e
-            elif age < age_limit:
-                v += w * min(est, cap) * (1.0 - age / age_limit)
-            queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
-        for q in queues.values():
-            q.sort()  # ids are unique, so the comparison never reaches the request
-        hist = snapshot.usage_history
-        window = max(cfg.usage_window_s, 1e-9)
-        self.service: dict[str, float] = {}
-        self.share: dict[str, float] = {}
-        for t in queues:
-            self.share[t] = _share(common.quotas.get(t))
-            self.service[t] = hist.get(t, 0.0) / window + common.used_g.get(t, 0)
-        self.used = {t: common.used_g.get(t, 0) for t in queues}
-        self.guar = {t: (q.guaranteed_gpus if (q := common.quotas.get(t)) else 0) for t in queues}
-        self.queues = queues
-        self.pos = dict.fromkeys(queues, 0)
-        self.ver = dict.fromkeys(queues, 0)
-        self.bonus = {t: self._bonus(t) for t in queues}
-        self.heap: list = []
-        for t in queues:
-            self._push(t)
-
-    def _bonus(self, t: str) -> float:
-        """The tenant's fair-share term (cached in ``self.bonus``; it changes on admission)."""
-        s = self.service[t] / self.share[t]
-        return self.cfg.fair_share_s * math.log2(max(s, 1.0 / 64))
-
-    def _push(self, t: str) -> None:
-        q = self.queues[t]
-        i = self.pos[t]
-        if i < len(q):
-            negp, v, sub, rid, r = q[i]
-            v += self.bonus[t]
-            if self.used[t] + r.total_gpus <= self.guar[t]:
-                v -= self.cfg.guarantee_boost_s
-            heapq.heappush(self.heap, (negp, v, sub, rid, t, self.ver[t]))
-
-    def __iter__(self):
-        if self.plain:
-            yield from self.queues[""]
-            return
-        done: set[str] = set()
-        tail = self.cfg.fifo_tail_fraction
-        if not self.cfg.fifo_head and self.cfg.fifo_age_s == INF and tail > 0:
-            yield from self._tail(done, tail)
-        elif self.cfg.fifo_head or self.cfg.fifo_age_s < INF or tail > 0:
-            # Submit order until the first job that neither starts nor is held by its own
-            # quota: that one gets the reservation (EASY), the rest are ranked below.
-            fifo = sorted((x[4] for q in self.queues.values() for x in q),
-                          key=lambda r: (-r.priority, r.submit_time, r.id))
-            guard_age = self.cfg.fifo_age_s
-            if tail > 0 and fifo:
-                k = int(len(fifo) * tail)
-                oldest = sorted(r.submit_time for r in fifo)
-                guard_age = min(guard_age, self.now - oldest[k] if k < len(oldest) else -INF)
-            for r in fifo:
-                if (not self.cfg.fifo_head or self.head_found()) and (
-                    self.now - r.submit_time < guard_age
-                ):
-                    break
-                done.add(r.id)
-                yield r
-        heap = self.heap
-        while heap:
-            _, _, _, _, t, ver = heapq.heappop(heap)
-            if ver != self.ver[t]:
-                continue
-            i = self.pos[t]
-            self.pos[t] = i + 1
-            self.ver[t] += 1
-            r = self.queues[t][i][4]
-            if r.id not in done:
-                yield r
-            self._push(t)
-
-    def _tail(self, done: set[str], tail: float):
-        """The relative tail guard alone: the oldest ``tail`` of the queue in submit order,
-        up to the first younger job in that order (a younger job of higher priority comes
-        first). The same jobs in the same order as sorting the whole queue, without it."""
-        jobs = [x[4] for q in self.queues.values() for x in q]
-        if not jobs:
-            return
-        k = int(len(jobs) * tail)
-        # The guard takes every job submitted by the k-th oldest submit time.
-        threshold = INF if k >= len(jobs) else sorted([r.submit_time for r in jobs])[k]
-        old, young_first = [], None
-        for r in jobs:
-            key = (-r.priority, r.submit_time, r.id)
-            if r.submit_time <= threshold:
-                old.append((key, r))
-            elif young_first is None or key < young_first:
-                young_first = key
-        old.sort()
-        for key, r in old:
-            if young_first is not None and key > young_first:
-                break
-            done.add(r.id)
-            yield r
-
-    def admitted(self, r: JobRequest) -> None:
-        """``r`` (already yielded) was admitted: its tenant's service grows."""
-        if self.plain:
-            return
-        t = r.tenant
-        self.service[t] += r.total_gpus
-        self.bonus[t] = self._bonus(t)
-        self.used[t] += r.total_gpus
-        self.ver[t] += 1
-        self._push(t)
-
-
-def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None) -> Decision:
-    """One scheduling pass of the Gantry policy (see the module docstring)."""
     cfg = config or PolicyConfig()
-    common = _Common(snapshot)
+    common = PassState(snapshot)
     cl = common.cl
     quotas = common.quotas
-    ranker = _Ranker(snapshot, common, cfg, now)
+    ranker = Ranker(snapshot, common, cfg, now)
     order: list[JobRequest] = []
     decision = Decision()
     admitted: set[str] = set()
@@ -933,7 +236,7 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
         n = len(cl.fg)
         fg, fc, fm = list(cl.fg), list(cl.fc), list(cl.fm)
         ok_model = [not r.gpu_model or cl.model[i] == r.gpu_model for i in range(n)]
-        caps = [_fits_count(fg[i], fc[i], fm[i], g, c, m) if ok_model[i] else 0 for i in range(n)]
+        caps = [fits_count(fg[i], fc[i], fm[i], g, c, m) if ok_model[i] else 0 for i in range(n)]
         total = sum(caps)
         T: float | None = now
         if total < r.workers:
@@ -953,7 +256,7 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
                     fc[i] += w * jc
                     fm[i] += w * jm
                     if ok_model[i]:
-                        k = _fits_count(fg[i], fc[i], fm[i], g, c, m)
+                        k = fits_count(fg[i], fc[i], fm[i], g, c, m)
                         total += k - caps[i]
                         caps[i] = k
                 if total >= r.workers:
@@ -1100,7 +403,7 @@ def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None)
             code, msg = common.capacity_message(r)
             pre[rid] = (code, msg, None)
             state_memo[mkey] = (version, pre[rid])
-    return _finish_decision(order, admitted, pre, decision)
+    return finish_decision(order, admitted, pre, decision)
 
 
 # --------------------------------------------------------------------------- FIFO baseline
@@ -1115,7 +418,7 @@ def schedule_fifo(snapshot: Snapshot, now: float, config: PolicyConfig | None = 
     never run are skipped with a too_large_* reason instead of blocking the queue forever.
     """
     del config
-    common = _Common(snapshot)
+    common = PassState(snapshot)
     cl = common.cl
     order = sorted(snapshot.pending, key=lambda r: (r.submit_time, r.id))
     decision = Decision()
@@ -1148,4 +451,4 @@ def schedule_fifo(snapshot: Snapshot, now: float, config: PolicyConfig | None = 
         common.charge(r, +1)
         admitted.add(r.id)
         decision.admit.append((r.id, placement))
-    return _finish_decision(order, admitted, pre, decision)
+    return finish_decision(order, admitted, pre, decision)

@@ -1,0 +1,169 @@
+"""The scheduling policy's data types: what a pass reads (nodes, quotas, jobs, the snapshot),
+what it returns (the decision, wait reasons, the reservation) and its configuration."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+INF = math.inf
+
+WAIT_CODES = (
+    "quota",
+    "capacity",
+    "gang",
+    "reserved_for_head",
+    "too_large_for_cluster",
+    "too_large_for_quota",
+)
+
+
+# --------------------------------------------------------------------------- data model
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    gpus: int
+    cpus: float
+    memory_mb: int
+    gpu_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    tenant: str
+    guaranteed_gpus: int
+    borrow_limit_gpus: int = 0
+    max_cpus: float | None = None
+    max_memory_mb: int | None = None
+    max_jobs: int | None = None
+    weight: float = 1.0
+
+    @property
+    def max_gpus(self) -> int:
+        return self.guaranteed_gpus + self.borrow_limit_gpus
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    id: str
+    tenant: str
+    priority: int
+    submit_time: float
+    workers: int
+    gpus_per_worker: int
+    cpus_per_worker: float = 0.0
+    memory_mb_per_worker: int = 0
+    estimated_duration: float | None = None
+    gpu_model: str = ""
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def total_cpus(self) -> float:
+        return self.workers * self.cpus_per_worker
+
+    @property
+    def total_memory_mb(self) -> int:
+        return self.workers * self.memory_mb_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    request: JobRequest
+    placement: Mapping[str, int]  # node name -> number of workers on it
+    start_time: float
+    borrowed: bool = False  # label at admission time; the policy recomputes it every pass
+
+    @property
+    def estimated_end(self) -> float | None:
+        est = self.request.estimated_duration
+        return None if est is None else self.start_time + est
+
+
+@dataclass(slots=True)
+class Snapshot:
+    nodes: Sequence[Node]
+    quotas: Mapping[str, Quota]
+    running: Sequence[RunningJob] = ()
+    pending: Sequence[JobRequest] = ()
+    usage_history: Mapping[str, float] = field(default_factory=dict)  # decayed GPU-seconds
+
+
+class WaitReason(NamedTuple):
+    """Why a job is still pending: code, plain-words message, 1-based position, ETA."""
+
+    code: str
+    message: str
+    position: int
+    estimated_start: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    job_id: str
+    start: float | None  # None: depends on jobs without an estimate
+    placement: Mapping[str, int]
+
+
+@dataclass(slots=True)
+class Decision:
+    admit: list[tuple[str, dict[str, int]]] = field(default_factory=list)
+    preempt: list[tuple[str, str]] = field(default_factory=list)
+    waiting: dict[str, WaitReason] = field(default_factory=dict)
+    reservation: Reservation | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    fair_share: bool = True
+    backfill: bool = True
+    preemption: bool = True
+    # usage_history (GPU-seconds) / usage_window_s = average GPUs over the decay window.
+    usage_window_s: float = 86_400.0
+    # Ranking (see Ranker): seconds of queue position one second of estimated runtime
+    # costs, up to the cap (a job without an estimate: the queue's median estimate) ...
+    runtime_weight: float = 1.0
+    runtime_cap_s: float = 3600.0
+    # The runtime term fades linearly with the job's age and is gone at this age, so a long
+    # job that has waited this long is ranked by submit time (and fair share) alone.
+    runtime_age_s: float = 2 * 3600.0
+    # ... and seconds of queue position per doubling of a tenant's service over its share.
+    fair_share_s: float = 60.0
+    # A job that fits in its tenant's guarantee (GPUs running now) moves this far ahead: idle
+    # guaranteed capacity goes to its owner before anyone borrows, so reclaim is rarely needed.
+    guarantee_boost_s: float = 0.0
+    # Highest-response-ratio-next ranking (replaces the additive runtime term when > 0): a
+    # job's virtual submit time is now - response_ratio_s x (waited + e) / e, where e is its
+    # estimate (at least min_estimate_s) x GPUs ** gpu_exponent; the tenant terms above add.
+    response_ratio_s: float = 3600.0
+    min_estimate_s: float = 900.0
+    gpu_exponent: float = 0.0
+    # Jobs that have waited fifo_age_s go first, in submit order (the tail guard); with
+    # fifo_head, so do all jobs until the first that cannot start (the EASY head). The rest
+    # go by rank.
+    fifo_head: bool = False
+    fifo_age_s: float = INF
+    # Relative tail guard: the oldest fifo_tail_fraction of the queue (by submit time) goes
+    # first in submit order, whatever its age (0: off). An absolute age (2 h before) turned
+    # the policy into FIFO + EASY on a busy cluster, where nearly every job waits that long;
+    # on the Philly windows 0.2 met both goals in most windows (0.05, 0.1 and 0.3 fewer).
+    fifo_tail_fraction: float = 0.2
+    # A running job younger than this is not preempted (limits thrashing).
+    min_runtime_before_preempt_s: float = 600.0
+    # A job within its tenant's guarantee reclaims borrowed GPUs only after waiting this long
+    # (inf: never, Kueue's reclaimWithinCohort: Never; the guarantee boost gives it the GPUs
+    # that free up first instead). Live admission sets 0.
+    reclaim_after_wait_s: float = INF
+    # Reclaim preempts a borrowed job only if the work it loses (GPU-seconds run) is at most
+    # this times the claimant's GPUs x time waited (inf: any borrowed job).
+    reclaim_work_ratio: float = 0.25
+    # ... and never one whose estimated end is nearer than this: it frees its GPUs soon anyway.
+    reclaim_min_remaining_s: float = 3600.0
+    # Bound on the work spent on preemption searches in one pass.
+    max_preemption_attempts: int = 16

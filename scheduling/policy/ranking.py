@@ -1,0 +1,182 @@
+"""Ordering and fair share: the order in which one pass considers the pending jobs."""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from .data import INF, JobRequest, PolicyConfig, Quota, Snapshot
+from .quotas import PassState
+
+
+def _share(q: Quota | None) -> float:
+    if q is None:
+        return 1e-9
+    return max(q.weight, 1e-9) * max(float(q.guaranteed_gpus), 0.5)
+
+
+class Ranker:
+    """The pass order, produced lazily because it depends on this pass's admissions.
+
+    Within a tenant, jobs are ordered by (priority desc, *virtual submit time* =
+    submit time + ``runtime_weight`` x min(estimate, ``runtime_cap_s``) x (1 - age /
+    ``runtime_age_s``), id): a short job is preferred over a long one submitted a little
+    earlier, but never by more than the cap, and the term fades as a job waits, so long jobs
+    age to the front. A job without an estimate counts as the median estimate of the queued
+    jobs that have one (and it is never backfilled past a reservation). Across tenants the heads of the tenants' queues are
+    merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
+    a tenant's *service* is its attained GPU service (decayed usage over the window + GPUs
+    running now, including jobs admitted earlier in this pass) relative to its share
+    (weight x guaranteed GPUs): a tenant at twice its share is pushed back by
+    ``fair_share_s``, one at half its share is brought forward by it. The number or length
+    of a tenant's *pending* jobs does not count against it. A preempted job is requeued with
+    its original submit time, so it keeps its place.
+    """
+
+    __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
+                 "guar", "head_found", "now", "bonus")
+
+    def __init__(
+        self, snapshot: Snapshot, common: PassState, cfg: PolicyConfig, now: float
+    ) -> None:
+        self.cfg = cfg
+        self.head_found = lambda: False
+        self.now = now
+        pend = list(snapshot.pending)
+        self.plain = not cfg.fair_share
+        if self.plain:
+            pend.sort(key=lambda r: (-r.priority, r.submit_time, r.id))
+            self.queues = {"": pend}
+            self.pos = {"": 0}
+            self.heap = []
+            return
+        w = cfg.runtime_weight
+        cap = cfg.runtime_cap_s
+        age_limit = cfg.runtime_age_s
+        # A job without an estimate counts as the median estimate of those that have one:
+        # neither ahead of nor behind a typical job for leaving its timeout unset.
+        known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
+        typical = known[(len(known) - 1) // 2] if known else 0.0
+        queues: dict[str, list] = {}
+        rr, min_e, gexp = cfg.response_ratio_s, cfg.min_estimate_s, cfg.gpu_exponent
+        for r in pend:
+            est = r.estimated_duration
+            if est is None:
+                est = typical
+            v = r.submit_time
+            age = now - v
+            if rr > 0:
+                # Highest response ratio next: (waited + expected runtime) / expected runtime.
+                e = est if est > min_e else min_e
+                if gexp:
+                    e *= (r.workers * r.gpus_per_worker or 1) ** gexp
+                v = now - rr * ((age if age > 0.0 else 0.0) + e) / e
+            elif age < age_limit:
+                v += w * min(est, cap) * (1.0 - age / age_limit)
+            queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
+        for q in queues.values():
+            q.sort()  # ids are unique, so the comparison never reaches the request
+        hist = snapshot.usage_history
+        window = max(cfg.usage_window_s, 1e-9)
+        self.service: dict[str, float] = {}
+        self.share: dict[str, float] = {}
+        for t in queues:
+            self.share[t] = _share(common.quotas.get(t))
+            self.service[t] = hist.get(t, 0.0) / window + common.used_g.get(t, 0)
+        self.used = {t: common.used_g.get(t, 0) for t in queues}
+        self.guar = {t: (q.guaranteed_gpus if (q := common.quotas.get(t)) else 0) for t in queues}
+        self.queues = queues
+        self.pos = dict.fromkeys(queues, 0)
+        self.ver = dict.fromkeys(queues, 0)
+        self.bonus = {t: self._bonus(t) for t in queues}
+        self.heap: list = []
+        for t in queues:
+            self._push(t)
+
+    def _bonus(self, t: str) -> float:
+        """The tenant's fair-share term (cached in ``self.bonus``; it changes on admission)."""
+        s = self.service[t] / self.share[t]
+        return self.cfg.fair_share_s * math.log2(max(s, 1.0 / 64))
+
+    def _push(self, t: str) -> None:
+        q = self.queues[t]
+        i = self.pos[t]
+        if i < len(q):
+            negp, v, sub, rid, r = q[i]
+            v += self.bonus[t]
+            if self.used[t] + r.total_gpus <= self.guar[t]:
+                v -= self.cfg.guarantee_boost_s
+            heapq.heappush(self.heap, (negp, v, sub, rid, t, self.ver[t]))
+
+    def __iter__(self):
+        if self.plain:
+            yield from self.queues[""]
+            return
+        done: set[str] = set()
+        tail = self.cfg.fifo_tail_fraction
+        if not self.cfg.fifo_head and self.cfg.fifo_age_s == INF and tail > 0:
+            yield from self._tail(done, tail)
+        elif self.cfg.fifo_head or self.cfg.fifo_age_s < INF or tail > 0:
+            # Submit order until the first job that neither starts nor is held by its own
+            # quota: that one gets the reservation (EASY), the rest are ranked below.
+            fifo = sorted((x[4] for q in self.queues.values() for x in q),
+                          key=lambda r: (-r.priority, r.submit_time, r.id))
+            guard_age = self.cfg.fifo_age_s
+            if tail > 0 and fifo:
+                k = int(len(fifo) * tail)
+                oldest = sorted(r.submit_time for r in fifo)
+                guard_age = min(guard_age, self.now - oldest[k] if k < len(oldest) else -INF)
+            for r in fifo:
+                if (not self.cfg.fifo_head or self.head_found()) and (
+                    self.now - r.submit_time < guard_age
+                ):
+                    break
+                done.add(r.id)
+                yield r
+        heap = self.heap
+        while heap:
+            _, _, _, _, t, ver = heapq.heappop(heap)
+            if ver != self.ver[t]:
+                continue
+            i = self.pos[t]
+            self.pos[t] = i + 1
+            self.ver[t] += 1
+            r = self.queues[t][i][4]
+            if r.id not in done:
+                yield r
+            self._push(t)
+
+    def _tail(self, done: set[str], tail: float):
+        """The relative tail guard alone: the oldest ``tail`` of the queue in submit order,
+        up to the first younger job in that order (a younger job of higher priority comes
+        first). The same jobs in the same order as sorting the whole queue, without it."""
+        jobs = [x[4] for q in self.queues.values() for x in q]
+        if not jobs:
+            return
+        k = int(len(jobs) * tail)
+        # The guard takes every job submitted by the k-th oldest submit time.
+        threshold = INF if k >= len(jobs) else sorted([r.submit_time for r in jobs])[k]
+        old, young_first = [], None
+        for r in jobs:
+            key = (-r.priority, r.submit_time, r.id)
+            if r.submit_time <= threshold:
+                old.append((key, r))
+            elif young_first is None or key < young_first:
+                young_first = key
+        old.sort()
+        for key, r in old:
+            if young_first is not None and key > young_first:
+                break
+            done.add(r.id)
+            yield r
+
+    def admitted(self, r: JobRequest) -> None:
+        """``r`` (already yielded) was admitted: its tenant's service grows."""
+        if self.plain:
+            return
+        t = r.tenant
+        self.service[t] += r.total_gpus
+        self.bonus[t] = self._bonus(t)
+        self.used[t] += r.total_gpus
+        self.ver[t] += 1
+        self._push(t)
