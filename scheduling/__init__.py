@@ -18,16 +18,17 @@ from .policy.data import (
 )
 from .policy.messages import human_duration
 from .policy.schedule_pass import schedule, schedule_fifo
-from .simulator import (
-    SimulationError,
-    check_state,
-    jain_index,
-    percentile,
-    run_simulation,
+from .sim_metrics import check_state, jain_index, percentile, water_fill
+from .simulator import SimulationError, run_simulation
+from .traces import (
+    TraceError,
+    TraceJob,
+    load_trace,
+    load_vc_nodes,
+    parse_trace,
     to_requests,
-    water_fill,
+    window,
 )
-from .traces import TraceError, TraceJob, load_trace, load_vc_nodes, parse_trace, window
 
 __all__ = [
     "WAIT_CODES",

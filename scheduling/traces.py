@@ -24,16 +24,22 @@ import gzip
 import io
 import math
 import os
-from collections.abc import Iterable
+import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .policy.data import JobRequest, Node
+
 __all__ = [
+    "ESTIMATES",
     "TraceError",
     "TraceJob",
     "TraceJobs",
     "load_trace",
     "load_vc_nodes",
     "parse_trace",
+    "to_requests",
+    "user_estimate",
     "window",
 ]
 
@@ -274,3 +280,77 @@ def window(jobs: list[TraceJob], start: int, count: int) -> list[TraceJob]:
         )
         for j in part
     ]
+
+
+# --------------------------------------------------------------------------- trace jobs as requests
+
+
+def _gang_split(n: int, node_gpus: int) -> tuple[int, int]:
+    if n <= node_gpus or node_gpus <= 0:
+        return 1, n
+    for d in range(node_gpus, 0, -1):
+        if n % d == 0:
+            return n // d, d
+    return n, 1
+
+
+ESTIMATES = ("realistic", "user", "oracle", "none")
+# Standard walltime limits a user picks from (seconds): 15 min ... 7 days.
+USER_LIMITS_S = (900, 1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800, 259_200, 604_800)
+USER_MEDIAN_FACTOR = 12.0
+USER_SIGMA = 2.5
+
+
+def user_estimate(duration: float, job_id: str, seed: int = 0) -> float:
+    """The user-estimate model (see the module docstring): a standard limit >= a noisy guess."""
+    rng = random.Random(f"{seed}:{job_id}")
+    guess = duration * math.exp(rng.gauss(math.log(USER_MEDIAN_FACTOR), USER_SIGMA))
+    for limit in USER_LIMITS_S:
+        if limit >= guess:
+            return float(limit)
+    return float(USER_LIMITS_S[-1])
+
+
+def to_requests(
+    trace_jobs: Sequence[TraceJob],
+    nodes: Sequence[Node],
+    *,
+    estimate: str = "realistic",
+    seed: int = 0,
+) -> list[tuple[JobRequest, float]]:
+    """Trace jobs -> (JobRequest, run time) gangs for this cluster's node size.
+
+    The run time is the trace duration, cut to the estimate where the estimate is a limit the
+    job would be killed at (``realistic`` / ``user``)."""
+    if estimate not in ESTIMATES:
+        raise ValueError(
+            f"unknown estimate model {estimate!r}: use {', '.join(ESTIMATES)}"
+        )
+    big = max(nodes, key=lambda n: (n.gpus, n.cpus, n.memory_mb)) if nodes else None
+    node_gpus = big.gpus if big else 8
+    cpg = (big.cpus / big.gpus) if big and big.gpus else 4.0
+    mpg = (big.memory_mb // big.gpus) if big and big.gpus else 16_384
+    out = []
+    for tj in trace_jobs:
+        workers, gpw = _gang_split(tj.num_gpus, node_gpus)
+        if gpw == 0:
+            cpus, mem = 1.0, 1024
+        else:
+            cpus, mem = math.floor(cpg * gpw), int(mpg * gpw)
+        run = tj.duration
+        if estimate == "oracle":
+            est: float | None = tj.duration
+        elif estimate in ("realistic", "user"):
+            requested = getattr(tj, "requested", None)
+            if estimate == "realistic" and requested is not None:
+                est = float(requested)
+            else:
+                est = user_estimate(tj.duration, str(tj.job_id), seed)
+            run = min(run, est)  # killed at the limit
+        else:
+            est = None
+        req = JobRequest(
+            str(tj.job_id), tj.tenant, tj.priority, tj.submit_time, workers, gpw, cpus, mem, est
+        )
+        out.append((req, run))
+    return out
