@@ -314,7 +314,7 @@ def write_jobs_csv(path: str, runs: dict) -> None:
                 w.writerow([name, jid] + [row[f] for f in fields[2:]])
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scheduler.json"))
     ap.add_argument("--traces-dir", default=TRACES)
@@ -337,17 +337,21 @@ def main(argv: list[str] | None = None) -> int:
                          "JSON with the same trace, windows and estimates instead of "
                          "replaying them (their code did not change); recorded in the output")
     args = ap.parse_args(argv)
-    prev = None
+    args.prev = None
     if args.reuse:
         with open(args.reuse) as fh:
-            prev = json.load(fh)
-        if prev.get("estimate") != args.estimate:
-            ap.error(f"{args.reuse} was made with estimates {prev.get('estimate')!r}")
+            args.prev = json.load(fh)
+        if args.prev.get("estimate") != args.estimate:
+            ap.error(f"{args.reuse} was made with estimates {args.prev.get('estimate')!r}")
+    return args
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    prev = args.prev
     trace_path = os.path.join(args.traces_dir, "philly_vc.csv.gz")
     vc_path = os.path.join(args.traces_dir, "philly_vc_nodes.csv")
     trace = _trace_cache(trace_path)
-    vc_nodes = load_vc_nodes(vc_path)
     results: dict = {
         "trace": "philly",
         "generated_by": "bench/simulate.py",
@@ -365,116 +369,138 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_micro:
         print("  micro-benchmark: schedule() with 10,000 pending x 1,000 nodes ...", flush=True)
         results["schedule_micro_benchmark"] = micro_benchmark(args.micro_repeats)
-
     if not args.no_main:
-        jobs = window(trace, args.start, args.count)
-        nodes = cluster(args.nodes)
-        quotas = philly_quotas(jobs, nodes, vc_nodes)
-        main_runs = {}
-        for name in (*SWEEP_POLICIES, "gantry_live", "gantry_oracle"):
-            if prev is not None and name in REUSABLE:
-                main_runs[name] = prev["reference_window"][name]
-                continue
-            print(f"  reference window: {name} ...", flush=True)
-            main_runs[name] = run_one(jobs, nodes, quotas, name, args.estimate, args.before_ref,
-                                      keep_jobs=True)
-        ref = {
-            "setup": {
-                "window_start_job": args.start,
-                "jobs": len(jobs),
-                "arrival_span_h": round((jobs[-1].submit_time - jobs[0].submit_time) / 3600, 1),
-                "offered_gpu_hours": round(sum(j.duration * j.num_gpus for j in jobs) / 3600, 1),
-                "cluster_gpus": sum(n.gpus for n in nodes),
-                "nodes": args.nodes,
-                "quotas": {t: [q.guaranteed_gpus, q.borrow_limit_gpus] for t, q in quotas.items()},
-                "estimate": args.estimate,
-                "estimate_over_true_p50": main_runs["gantry"]["estimate_over_true_p50"],
-                "estimate_over_true_p90": main_runs["gantry"]["estimate_over_true_p90"],
-            },
-        }
-        for name, res in main_runs.items():
-            ref[name] = {k: v for k, v in res.items() if k != "per_job"}
-        ref["goals"] = goals_of(ref)
-        results["reference_window"] = ref
-        if args.out:
-            jobs_csv = os.path.splitext(args.out)[0] + ".jobs.csv.gz"
-            old_csv = os.path.splitext(args.reuse)[0] + ".jobs.csv.gz" if prev else None
-            kept = []
-            if old_csv and os.path.exists(old_csv):
-                with gzip.open(old_csv, "rt", newline="") as fh:
-                    kept = [row for row in csv.reader(fh) if row and row[0] in REUSABLE]
-            write_jobs_csv(jobs_csv, main_runs)
-            if kept:
-                with gzip.open(jobs_csv, "at", newline="") as fh:
-                    csv.writer(fh).writerows(kept)
-        print()
-        print(f"reference window: jobs {args.start}-{args.start + len(jobs) - 1}, "
-              f"{args.nodes} nodes, estimates {args.estimate} "
-              f"(estimate/true p50 {ref['setup']['estimate_over_true_p50']}, "
-              f"p90 {ref['setup']['estimate_over_true_p90']}); gantry_oracle uses true "
-              "durations (ORACLE)")
-        print_table([(n, r) for n, r in main_runs.items()])
-        for name in ("easy", "gantry"):
-            print_tenants(name, main_runs[name])
-        print("goals:", ref["goals"])
-
+        results["reference_window"] = reference_window(args, trace, load_vc_nodes(vc_path))
     if not args.no_sweep:
-        starts = (
-            [int(x) for x in args.sweep_starts.split(",")]
-            if args.sweep_starts
-            else list(range(0, len(trace) - args.sweep_count + 1, args.sweep_count))
-        )
-        old_rows = {r["start"]: r for r in (prev or {}).get("sweep", {}).get("windows", [])}
-        work = [(trace_path, vc_path, s, args.sweep_count, args.sweep_nodes, args.estimate,
-                 args.before_ref,
-                 {p: old_rows[s][p] for p in REUSABLE} if s in old_rows else {})
-                for s in starts]
-        print(f"\n  sweep: {len(starts)} windows of {args.sweep_count} jobs on "
-              f"{args.sweep_nodes} nodes ...", flush=True)
-        rows = []
-        if args.processes > 1:
-            with Pool(args.processes) as pool:
-                for row in pool.imap(_sweep_window, work):
-                    rows.append(row)
-                    _print_sweep_row(row)
-        else:
-            for w in work:
-                row = _sweep_window(w)
+        results["sweep"] = sweep(args, trace, trace_path, vc_path)
+    results["bench_wall_s"] = round(time.perf_counter() - t0, 1)
+    if args.out:
+        write_json(args.out, results)
+    print_micro(results)
+    if args.out:
+        print(f"wrote {args.out}")
+    return 0
+
+
+def reference_window(args: argparse.Namespace, trace, vc_nodes: dict[str, int]) -> dict:
+    """Every policy (and the live and oracle variants of Gantry's) on the reference window;
+    writes the per-job CSV beside ``--out`` and prints the tables."""
+    prev = args.prev
+    jobs = window(trace, args.start, args.count)
+    nodes = cluster(args.nodes)
+    quotas = philly_quotas(jobs, nodes, vc_nodes)
+    main_runs = {}
+    for name in (*SWEEP_POLICIES, "gantry_live", "gantry_oracle"):
+        if prev is not None and name in REUSABLE:
+            main_runs[name] = prev["reference_window"][name]
+            continue
+        print(f"  reference window: {name} ...", flush=True)
+        main_runs[name] = run_one(jobs, nodes, quotas, name, args.estimate, args.before_ref,
+                                  keep_jobs=True)
+    ref = {
+        "setup": {
+            "window_start_job": args.start,
+            "jobs": len(jobs),
+            "arrival_span_h": round((jobs[-1].submit_time - jobs[0].submit_time) / 3600, 1),
+            "offered_gpu_hours": round(sum(j.duration * j.num_gpus for j in jobs) / 3600, 1),
+            "cluster_gpus": sum(n.gpus for n in nodes),
+            "nodes": args.nodes,
+            "quotas": {t: [q.guaranteed_gpus, q.borrow_limit_gpus] for t, q in quotas.items()},
+            "estimate": args.estimate,
+            "estimate_over_true_p50": main_runs["gantry"]["estimate_over_true_p50"],
+            "estimate_over_true_p90": main_runs["gantry"]["estimate_over_true_p90"],
+        },
+    }
+    for name, res in main_runs.items():
+        ref[name] = {k: v for k, v in res.items() if k != "per_job"}
+    ref["goals"] = goals_of(ref)
+    if args.out:
+        write_reference_csv(args, main_runs)
+    print()
+    print(f"reference window: jobs {args.start}-{args.start + len(jobs) - 1}, "
+          f"{args.nodes} nodes, estimates {args.estimate} "
+          f"(estimate/true p50 {ref['setup']['estimate_over_true_p50']}, "
+          f"p90 {ref['setup']['estimate_over_true_p90']}); gantry_oracle uses true "
+          "durations (ORACLE)")
+    print_table([(n, r) for n, r in main_runs.items()])
+    for name in ("easy", "gantry"):
+        print_tenants(name, main_runs[name])
+    print("goals:", ref["goals"])
+    return ref
+
+
+def write_reference_csv(args: argparse.Namespace, main_runs: dict) -> None:
+    """``<out>.jobs.csv.gz``: this run's rows, plus the reused baselines' rows of ``--reuse``."""
+    jobs_csv = os.path.splitext(args.out)[0] + ".jobs.csv.gz"
+    old_csv = os.path.splitext(args.reuse)[0] + ".jobs.csv.gz" if args.prev else None
+    kept = []
+    if old_csv and os.path.exists(old_csv):
+        with gzip.open(old_csv, "rt", newline="") as fh:
+            kept = [row for row in csv.reader(fh) if row and row[0] in REUSABLE]
+    write_jobs_csv(jobs_csv, main_runs)
+    if kept:
+        with gzip.open(jobs_csv, "at", newline="") as fh:
+            csv.writer(fh).writerows(kept)
+
+
+def sweep(args: argparse.Namespace, trace, trace_path: str, vc_path: str) -> dict:
+    """Every full window of ``--sweep-count`` jobs (or ``--sweep-starts``), goals per window."""
+    starts = (
+        [int(x) for x in args.sweep_starts.split(",")]
+        if args.sweep_starts
+        else list(range(0, len(trace) - args.sweep_count + 1, args.sweep_count))
+    )
+    old_rows = {r["start"]: r for r in (args.prev or {}).get("sweep", {}).get("windows", [])}
+    work = [(trace_path, vc_path, s, args.sweep_count, args.sweep_nodes, args.estimate,
+             args.before_ref,
+             {p: old_rows[s][p] for p in REUSABLE} if s in old_rows else {})
+            for s in starts]
+    print(f"\n  sweep: {len(starts)} windows of {args.sweep_count} jobs on "
+          f"{args.sweep_nodes} nodes ...", flush=True)
+    rows = []
+    if args.processes > 1:
+        with Pool(args.processes) as pool:
+            for row in pool.imap(_sweep_window, work):
                 rows.append(row)
                 _print_sweep_row(row)
-        lost = {p: round(sum(r[p]["lost_gpu_hours"] for r in rows), 1) for p in SWEEP_POLICIES}
-        failing = {k: [r["start"] for r in rows if not r["goals"][k]]
-                   for k in rows[0]["goals"]} if rows else {}
-        results["sweep"] = {
-            "setup": {"windows": len(rows), "jobs_per_window": args.sweep_count,
-                      "nodes": args.sweep_nodes, "estimate": args.estimate},
-            "windows_failing": failing,
-            "lost_gpu_hours_total": lost,
-            "lost_total<=half_before": lost["gantry"] <= 0.5 * lost["before"],
-            "windows": rows,
-        }
-        print("\nsweep: windows failing each goal:",
-              {k: len(v) for k, v in failing.items()}, "of", len(rows))
-        for k, v in failing.items():
-            if v:
-                print(f"  {k}: {v}")
-        print("  GPU-hours lost to preemption, all windows:", lost)
-    results["bench_wall_s"] = round(time.perf_counter() - t0, 1)
+    else:
+        for w in work:
+            row = _sweep_window(w)
+            rows.append(row)
+            _print_sweep_row(row)
+    lost = {p: round(sum(r[p]["lost_gpu_hours"] for r in rows), 1) for p in SWEEP_POLICIES}
+    failing = {k: [r["start"] for r in rows if not r["goals"][k]]
+               for k in rows[0]["goals"]} if rows else {}
+    print("\nsweep: windows failing each goal:",
+          {k: len(v) for k, v in failing.items()}, "of", len(rows))
+    for k, v in failing.items():
+        if v:
+            print(f"  {k}: {v}")
+    print("  GPU-hours lost to preemption, all windows:", lost)
+    return {
+        "setup": {"windows": len(rows), "jobs_per_window": args.sweep_count,
+                  "nodes": args.sweep_nodes, "estimate": args.estimate},
+        "windows_failing": failing,
+        "lost_gpu_hours_total": lost,
+        "lost_total<=half_before": lost["gantry"] <= 0.5 * lost["before"],
+        "windows": rows,
+    }
 
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(results, fh, indent=1, sort_keys=False)
-        os.replace(tmp, args.out)
+
+def write_json(path: str, results: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(results, fh, indent=1, sort_keys=False)
+    os.replace(tmp, path)
+
+
+def print_micro(results: dict) -> None:
     for name, m in results.get("schedule_micro_benchmark", {}).items():
         print(f"schedule() {name}: p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms "
               f"(CPU p50 {m['cpu_p50_ms']} ms, p99 {m['cpu_p99_ms']} ms; "
               f"load {m['load_average_1m']}) "
               f"({m['pending']} pending, {m['nodes']} nodes, {m['running']} running)")
-    if args.out:
-        print(f"wrote {args.out}")
-    return 0
 
 
 def _print_sweep_row(row: dict) -> None:
