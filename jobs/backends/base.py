@@ -63,7 +63,7 @@ class Backend:
     def nodes(self) -> list[Node]:
         """The machines jobs can be placed on, as the scheduling policy sees them.
 
-        Admission builds its `scheduling.policy.Snapshot` from these once per pass: every
+        Admission builds its `scheduling.policy.data.Snapshot` from these once per pass: every
         worker of a job lands on one node, and a job's `placement["nodes"]` maps node
         names to worker counts. Report each node's whole capacity for jobs (Kubernetes:
         allocatable), not what is free now: admission subtracts Gantry's active jobs
