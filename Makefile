@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PG_URL ?= postgres://postgres@127.0.0.1:5432/gantry
 REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 # Both passes run in parallel (pytest-xdist), one worker per core. Each worker has its own
-# test database (pytest-django) and Redis database (config/settings.py); tests sharing a
+# test database (pytest-django) and Redis database (config/settings/base.py); tests sharing a
 # costly fixture (Ceph, a module's servers) are grouped onto one worker (tests/conftest.py).
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup

@@ -1,6 +1,6 @@
 """Sign-in lockout, kept by django-axes on every door that signs in with a password (the
 sign-in page, the admin's, anything calling `authenticate(request, ...)`): who is counted,
-what a locked-out client sees, and the audit event. Settings: AXES_* in config/settings.py.
+what a locked-out client sees, and the audit event. Settings: AXES_* in config/settings/signin.py.
 """
 
 from axes.signals import user_locked_out

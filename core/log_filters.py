@@ -1,4 +1,4 @@
-"""Logging filters (config/settings.py LOGGING)."""
+"""Logging filters (config/settings/base.py LOGGING)."""
 
 import logging
 
