@@ -477,3 +477,48 @@ def record_built_image(build: ImageBuild, digest: str, labels: dict) -> RuntimeI
     )
     audit.record(build.created_by, "image.create", image, tenant=build.tenant, build=build.pk)
     return image
+
+
+# --- A build's run (images.tasks.run_build is the only caller) ---------------------------
+MAX_BUILD_LOG_CHARS = 200_000
+
+
+def claim_build(build_id: int) -> ImageBuild | None:
+    """Queued -> running, once: None when the build is not (or no longer) queued."""
+    claimed = ImageBuild.objects.filter(pk=build_id, state=BuildState.QUEUED).update(
+        state=BuildState.RUNNING, started_at=timezone.now(), step="starting"
+    )
+    if not claimed:
+        return None
+    return ImageBuild.objects.select_related("base", "tenant", "created_by").get(pk=build_id)
+
+
+def record_build_log(build: ImageBuild, text: str) -> None:
+    """The build's log so far (its last MAX_BUILD_LOG_CHARS characters)."""
+    ImageBuild.objects.filter(pk=build.pk).update(log=text[-MAX_BUILD_LOG_CHARS:])
+
+
+def record_build_progress(build: ImageBuild, percent: int, step: str) -> None:
+    ImageBuild.objects.filter(pk=build.pk).update(progress=percent, step=step)
+
+
+def finish_build(build: ImageBuild, digest: str, labels: dict) -> RuntimeImage:
+    """The build succeeded: its image exists and the build points at it, in one transaction."""
+    with transaction.atomic():
+        image = record_built_image(build, digest, labels)
+        ImageBuild.objects.filter(pk=build.pk).update(
+            state=BuildState.SUCCEEDED,
+            progress=100,
+            step="done",
+            result=image,
+            finished_at=timezone.now(),
+        )
+    return image
+
+
+def fail_build(build: ImageBuild, message: str) -> None:
+    """The build failed with `message` (the reason its page shows), audited."""
+    ImageBuild.objects.filter(pk=build.pk).update(
+        state=BuildState.FAILED, error=message[:1000], finished_at=timezone.now()
+    )
+    audit.record(None, "image.build_failed", build, tenant=build.tenant, error=message[:200])

@@ -1,23 +1,19 @@
 """Background work for images (django-q2): running custom image builds.
 
-`run_build` is the runner: it claims a queued build, records start, progress,
-log, end and error, and leaves the work itself to images.builder.
+`run_build` is the runner: it claims a queued build and reports its progress, log,
+end and error through images.services (every write there), leaving the work itself to
+images.builder.
 """
 
 from __future__ import annotations
 
 import logging
 
-from django.db import transaction
-from django.utils import timezone
-
 from images import services
 from images.builder import BuildError, build_image
-from images.models import BuildState, ImageBuild
 from images.registry import RegistryError
 
 logger = logging.getLogger(__name__)
-MAX_LOG_CHARS = 200_000
 
 
 def queue_build(build_id: int) -> None:
@@ -30,34 +26,22 @@ def queue_build(build_id: int) -> None:
 
 
 def run_build(build_id: int) -> str:
-    claimed = ImageBuild.objects.filter(pk=build_id, state=BuildState.QUEUED).update(
-        state=BuildState.RUNNING, started_at=timezone.now(), step="starting"
-    )
-    if not claimed:
+    build = services.claim_build(build_id)
+    if build is None:
         return "not queued"
-    build = ImageBuild.objects.select_related("base", "tenant").get(pk=build_id)
     lines: list[str] = []
 
     def log(line: str) -> None:
         lines.append(line)
-        text = "\n".join(lines)[-MAX_LOG_CHARS:]
-        ImageBuild.objects.filter(pk=build_id).update(log=text)
+        services.record_build_log(build, "\n".join(lines))
 
     def progress(percent: int, step: str) -> None:
         log(f"== {step}")
-        ImageBuild.objects.filter(pk=build_id).update(progress=percent, step=step)
+        services.record_build_progress(build, percent, step)
 
     try:
         digest, labels = build_image(build, log, progress)
-        with transaction.atomic():
-            image = services.record_built_image(build, digest, labels)
-            ImageBuild.objects.filter(pk=build_id).update(
-                state=BuildState.SUCCEEDED,
-                progress=100,
-                step="done",
-                result=image,
-                finished_at=timezone.now(),
-            )
+        services.finish_build(build, digest, labels)
         return "succeeded"
     except (BuildError, RegistryError) as exc:
         message = str(exc)
@@ -65,7 +49,5 @@ def run_build(build_id: int) -> str:
         logger.exception("image build %s failed", build_id)
         message = f"internal error: {exc.__class__.__name__}: {exc}"
     log(f"FAILED: {message}")
-    ImageBuild.objects.filter(pk=build_id).update(
-        state=BuildState.FAILED, error=message[:1000], finished_at=timezone.now()
-    )
+    services.fail_build(build, message)
     return "failed"

@@ -244,6 +244,10 @@ def test_a_build_with_a_package_pip_cannot_install_fails_with_its_log(
     assert build.state == BuildState.FAILED
     assert "pure-Python" in build.error and "pip install" in build.log
     assert not RuntimeImage.objects.filter(name="broken").exists()
+    # The failure is in the audit log, with its reason (written through images.services).
+    failed = AuditEvent.objects.get(action="image.build_failed", object_id=str(build.pk))
+    assert failed.actor_name == "system" and "pure-Python" in failed.details["error"]
+    assert run_build(build.pk) == "not queued"  # a build runs once
 
 
 @pytest.mark.parametrize(
