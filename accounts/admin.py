@@ -7,7 +7,7 @@ from accounts import services
 from accounts.invitations import revoke_invitation
 from accounts.members import MemberService
 from accounts.models import ApiToken, Invitation, Membership, Tenant, User
-from core.admin import ServiceAdmin, ServiceInline
+from core.admin import ReadOnlyAdmin, ServiceAdmin, ServiceInline
 
 
 class MemberRowForm(forms.ModelForm):
@@ -104,7 +104,7 @@ class MembershipAdmin(MemberAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ReadOnlyAdmin):
     list_display = [
         "name",
         "user",
@@ -122,16 +122,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_select_related = ["user", "project"]
     raw_id_fields = ["user", "project"]
 
+    # Read-only: tokens are made in Settings, where the secret is shown once, and revoked
+    # (the row kept for the record), never edited.
     actions = ["revoke"]
-
-    def has_add_permission(self, request):
-        return False  # tokens are made in Settings, where the secret is shown once
-
-    def has_change_permission(self, request, obj=None):
-        return False  # a token is revoked (the row kept for the record), never edited
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request, queryset):
@@ -141,7 +134,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(Invitation)
-class InvitationAdmin(admin.ModelAdmin):
+class InvitationAdmin(ReadOnlyAdmin):
     """Invitations are sent from the tenant page or the API (the link goes by email only);
     here a lab administrator sees them and withdraws them, through the service."""
 
@@ -161,15 +154,6 @@ class InvitationAdmin(admin.ModelAdmin):
     search_fields = ["email", "tenant__name", "invited_by__username"]
     list_select_related = ["tenant", "project", "invited_by", "accepted_by"]
     actions = ["withdraw"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.action(description="Withdraw the selected invitations")
     def withdraw(self, request, queryset):

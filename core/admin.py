@@ -105,15 +105,9 @@ class ServiceInline(ServiceWrites):
     """An inline of a `ServiceAdmin` whose rows are written through services too."""
 
 
-@admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
-    """Read-only: the audit log is append-only."""
-
-    list_display = ["created_at", "actor_name", "action", "object_repr", "tenant", "ip_address"]
-    list_filter = ["action", "tenant"]
-    search_fields = ["actor_name", "object_repr", "action"]
-    date_hierarchy = "created_at"
-    list_select_related = ["tenant"]
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows the admin shows but never adds, edits or deletes: what changes them is a
+    service, reached through the admin's actions (revoke, withdraw) or not at all."""
 
     def has_add_permission(self, request):
         return False
@@ -123,3 +117,14 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    """Read-only: the audit log is append-only."""
+
+    list_display = ["created_at", "actor_name", "action", "object_repr", "tenant", "ip_address"]
+    list_filter = ["action", "tenant"]
+    search_fields = ["actor_name", "object_repr", "action"]
+    date_hierarchy = "created_at"
+    list_select_related = ["tenant"]
