@@ -117,6 +117,67 @@ rules:
 """
 
 
+def report_started(started: queue.Queue, stop: threading.Event) -> None:
+    """The executors' `started` reports, as the HTTP view would make them, for each
+    (job, rank) the driver's watch saw Running, until the driver is stopped."""
+    from jobs.models import Job
+    from jobs.services.ingestion import record_worker_status
+
+    while not stop.is_set():
+        try:
+            job_id, rank = started.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        job = Job.objects.filter(pk=job_id).first()
+        if job is not None and job.state in ("starting", "running"):
+            try:
+                record_worker_status(job, rank, {"event": "started", "pid": 7})
+            except Exception as exc:
+                print("driver report:", exc, file=sys.stderr)
+
+
+def job_latencies(
+    submitted_at: dict,
+    spec_of: dict,
+    running_at: dict,
+    launched_at: dict,
+    admitted_at: dict,
+    first_pass: set,
+) -> dict[str, list[float]]:
+    """Per job, the stretches from submit to its last pod Running: queued (submit to
+    admitted), Gantry's part (admitted to objects created; in the first pass's burst or
+    later) and the cluster's (objects created to the last rank Running)."""
+    out: dict[str, list[float]] = {
+        k: [] for k in ("to_running", "queued", "gantry", "cluster", "burst", "later")
+    }
+    for job_id, t_sub in submitted_at.items():
+        if job_id not in launched_at or job_id not in admitted_at:
+            continue
+        ranks = [running_at.get((job_id, r)) for r in range(spec_of[job_id]["workers"])]
+        t_adm, t_created = admitted_at[job_id], launched_at[job_id]
+        out["queued"].append(t_adm - t_sub)
+        out["gantry"].append(t_created - t_adm)
+        out["burst" if job_id in first_pass else "later"].append(t_created - t_adm)
+        if all(ranks):
+            last = max(ranks)
+            out["to_running"].append(last - t_sub)
+            out["cluster"].append(last - t_created)
+    return out
+
+
+def audit_verbs(audit: Path) -> Counter:
+    """Gantry's ServiceAccount's requests by verb, from the API server's audit log."""
+    verbs: Counter = Counter()
+    if audit.exists():
+        for line in audit.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            verbs[entry.get("verb", "?")] += 1
+    return verbs
+
+
 def run_driver(data: Path) -> int:
     """The kubelets' and executors' part, in its own process: for every pod that kwok
     makes Running, the executor's `started` report (to the services, as the HTTP view
@@ -132,8 +193,6 @@ def run_driver(data: Path) -> int:
     from kubernetes import client, config
 
     from jobs.backends import k8s_manifests as m
-    from jobs.models import Job
-    from jobs.services.ingestion import record_worker_status
 
     cfg = client.Configuration()
     config.load_kube_config(str(data / "admin.kubeconfig"), client_configuration=cfg)
@@ -220,17 +279,7 @@ def run_driver(data: Path) -> int:
 
     for target in (watcher, finisher):
         threading.Thread(target=target, daemon=True).start()
-    while not stop.is_set():
-        try:
-            job_id, rank = started.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        job = Job.objects.filter(pk=job_id).first()
-        if job is not None and job.state in ("starting", "running"):
-            try:
-                record_worker_status(job, rank, {"event": "started", "pid": 7})
-            except Exception as exc:
-                print("driver report:", exc, file=sys.stderr)
+    report_started(started, stop)
     (data / "driver.json").write_text(
         json.dumps(
             {
@@ -447,36 +496,13 @@ def main() -> int:
                 "pk", "admitted_at"
             )
         }
-        to_running, queued, gantry_part, cluster_part = [], [], [], []
-        launch_burst, launch_later = [], []
-        for job_id, t_sub in submitted_at.items():
-            spec = spec_of[job_id]
-            ranks = [running_at.get((job_id, r)) for r in range(spec["workers"])]
-            if job_id not in launched_at or job_id not in admitted_at:
-                continue
-            t_adm, t_created = admitted_at[job_id], launched_at[job_id]
-            queued.append(t_adm - t_sub)
-            gantry_part.append(t_created - t_adm)
-            (launch_burst if job_id in first_pass else launch_later).append(t_created - t_adm)
-            if all(ranks):
-                last = max(ranks)
-                to_running.append(last - t_sub)
-                cluster_part.append(last - t_created)
+        lat = job_latencies(submitted_at, spec_of, running_at, launched_at, admitted_at, first_pass)
         busy = [(n, s) for n, s in passes if n]
         util = [g / capacity for _, g in samples]
         steady = util[len(util) // 4 : 3 * len(util) // 4] or util
         # The audit log: Gantry's ServiceAccount's requests.
         time.sleep(2)  # batch mode flushes
-        verbs: Counter = Counter()
-        stamps = []
-        if audit.exists():
-            for line in audit.read_text().splitlines():
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                verbs[entry.get("verb", "?")] += 1
-                stamps.append(entry.get("requestReceivedTimestamp", ""))
+        verbs = audit_verbs(audit)
         total = sum(verbs.values())
         result.update(
             {
@@ -492,12 +518,12 @@ def main() -> int:
                 "submit_all_s": round(submit_seconds, 1),
                 "run_s": round(elapsed, 1),
                 "final_states": dict(states),
-                "submit_to_pod_running": summary(to_running),
-                "queued_submit_to_admitted": summary(queued),
-                "gantry_admitted_to_objects_created": summary(gantry_part),
-                "gantry_admitted_to_objects_created_first_pass": summary(launch_burst),
-                "gantry_admitted_to_objects_created_later_passes": summary(launch_later),
-                "cluster_objects_created_to_running": summary(cluster_part),
+                "submit_to_pod_running": summary(lat["to_running"]),
+                "queued_submit_to_admitted": summary(lat["queued"]),
+                "gantry_admitted_to_objects_created": summary(lat["gantry"]),
+                "gantry_admitted_to_objects_created_first_pass": summary(lat["burst"]),
+                "gantry_admitted_to_objects_created_later_passes": summary(lat["later"]),
+                "cluster_objects_created_to_running": summary(lat["cluster"]),
                 "launch_concurrency": settings.GANTRY_K8S_LAUNCH_CONCURRENCY,
                 "client_qps_limits": args.client_qps_limits,
                 "launch": {

@@ -55,7 +55,8 @@ def _holders(user) -> dict[tuple[str, str], list[dict]]:
 
 def machine_rows(user) -> tuple[list[dict], list[str]]:
     """Rows for the cluster page, and the problems met (a cluster that does not answer)."""
-    from jobs.backends.kubernetes import ClusterError, KubernetesBackend, registered_clusters
+    from jobs.backends.k8s_client import ClusterError, registered_clusters
+    from jobs.backends.kubernetes import KubernetesBackend
 
     holders = _holders(user)
     problems: list[str] = []

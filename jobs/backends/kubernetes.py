@@ -9,7 +9,8 @@ watches of `manage.py k8s_watch`, and at the latest from `probe()` in the reconc
 
 Clusters come from the rows of settings.GANTRY_K8S_CLUSTER_MODEL (`cluster.KubernetesCluster`:
 jobs never imports cluster; the default one runs new jobs); with none registered, from
-$KUBECONFIG or the in-cluster service account.
+$KUBECONFIG or the in-cluster service account (`jobs.backends.k8s_client`: reaching a
+cluster and the one-object API calls).
 """
 
 from __future__ import annotations
@@ -17,20 +18,29 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import secrets
 import shlex
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-import yaml
 from django.conf import settings
 from django.utils import timezone
 
 from jobs.backends import k8s_manifests as m
 from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
+from jobs.backends.k8s_client import (
+    ClusterError,
+    ClusterRef,
+    Connection,
+    adopt,
+    await_quota,
+    create_object,
+    delete_created,
+    describe_error,
+    node_resources,
+    registered_clusters,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,147 +62,6 @@ LAUNCH_BACKLOG_PER_THREAD = 8
 # process's pool may still be creating them) is given this long before it counts as lost.
 LAUNCH_DEADLINE_SECONDS = 300
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-
-
-class ClusterError(Exception):
-    """A cluster could not be used; the message is for people (it becomes a job's reason)."""
-
-
-# --- clusters and clients ----------------------------------------------------------------
-
-
-@dataclass
-class ClusterRef:
-    """What is needed to reach one cluster (a KubernetesCluster row, or the environment)."""
-
-    name: str
-    in_cluster: bool = False
-    kubeconfig: str = ""
-    context: str = ""
-    namespace_prefix: str = "gantry-"
-
-    @classmethod
-    def from_model(cls, row) -> ClusterRef:
-        return cls(row.name, row.in_cluster, row.kubeconfig, row.context, row.namespace_prefix)
-
-
-def registered_clusters() -> list[ClusterRef]:
-    """Every registered cluster, the default first; the environment's when none is."""
-    from django.apps import apps
-
-    model = apps.get_model(settings.GANTRY_K8S_CLUSTER_MODEL)
-    rows = [ClusterRef.from_model(c) for c in model.objects.all()]
-    if rows:
-        return rows
-    return [ClusterRef("default", in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")))]
-
-
-def describe_error(exc: Exception, cluster: str) -> str:
-    """Plain words for what went wrong talking to a cluster."""
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-
-    if isinstance(exc, ClusterError):
-        return str(exc)
-    if isinstance(exc, ConfigException):
-        return f"the kubeconfig of cluster {cluster} does not work: {exc}"
-    if isinstance(exc, ApiException):
-        message = exc.reason or ""
-        with contextlib.suppress(ValueError, AttributeError):
-            message = json.loads(exc.body or "{}").get("message") or message
-        if exc.status in (401, 403):
-            return f"cluster {cluster} refused Gantry's credentials (HTTP {exc.status}: {message})"
-        return f"the Kubernetes API of cluster {cluster} answered HTTP {exc.status}: {message}"
-    reason = getattr(exc, "reason", None) or exc
-    return f"the Kubernetes cluster {cluster} does not answer ({reason})"
-
-
-class Connection:
-    """The API clients for one cluster."""
-
-    def __init__(self, ref: ClusterRef):
-        from kubernetes import client, config
-
-        self.ref = ref
-        cfg = client.Configuration()
-        try:
-            if ref.in_cluster:
-                config.load_incluster_config(client_configuration=cfg)
-            elif ref.kubeconfig.strip():
-                config.load_kube_config_from_dict(
-                    yaml.safe_load(ref.kubeconfig),
-                    context=ref.context or None,
-                    client_configuration=cfg,
-                    persist_config=False,
-                )
-            else:
-                config.load_kube_config(
-                    context=ref.context or None, client_configuration=cfg, persist_config=False
-                )
-        except Exception as exc:
-            raise ClusterError(describe_error(config.ConfigException(str(exc)), ref.name)) from exc
-        # One quick try: the caller reports a cluster that does not answer, it does not hang.
-        cfg.retries = 1
-        self.api = client.ApiClient(cfg)
-        self.core = client.CoreV1Api(self.api)
-        self.batch = client.BatchV1Api(self.api)
-        self.networking = client.NetworkingV1Api(self.api)
-
-    @property
-    def timeout(self) -> float:
-        return settings.GANTRY_K8S_API_TIMEOUT_SECONDS
-
-
-def check_cluster(row) -> tuple[bool, str]:
-    """The admin's "check the connection": (ok, what was found)."""
-    ref = ClusterRef.from_model(row)
-    try:
-        conn = Connection(ref)
-        nodes = conn.core.list_node(_request_timeout=conn.timeout).items
-    except Exception as exc:
-        return False, describe_error(exc, ref.name)
-    gpus = sum(node_resources(n)["allocatable"]["gpus"] for n in nodes)
-    return True, f"answers: {len(nodes)} node(s), {gpus} allocatable GPU(s)"
-
-
-# --- nodes -------------------------------------------------------------------------------
-
-
-def _quantity(value, default=0):
-    from kubernetes.utils import parse_quantity
-
-    if value in (None, ""):
-        return default
-    try:
-        return parse_quantity(value)
-    except ValueError:
-        return default
-
-
-def node_resources(node) -> dict:
-    """Capacity and allocatable CPUs, memory (MiB) and GPUs of a V1Node, and its state."""
-
-    def amounts(source) -> dict:
-        source = source or {}
-        return {
-            "cpus": float(_quantity(source.get("cpu"))),
-            "memory_mb": int(_quantity(source.get("memory")) // (1024 * 1024)),
-            "gpus": int(_quantity(source.get(m.GPU_RESOURCE))),
-        }
-
-    status = node.status
-    labels = node.metadata.labels or {}
-    ready = any(
-        c.type == "Ready" and c.status == "True" for c in (status.conditions or []) if status
-    )
-    return {
-        "name": node.metadata.name,
-        "capacity": amounts(status.capacity if status else None),
-        "allocatable": amounts(status.allocatable if status else None),
-        "gpu_model": labels.get(m.GPU_PRODUCT_LABEL, ""),
-        "ready": ready,
-        "schedulable": ready and not (node.spec and node.spec.unschedulable),
-    }
 
 
 # --- the job's side ----------------------------------------------------------------------
@@ -466,33 +335,10 @@ class KubernetesBackend(Backend):
                     replace(manifest)
             logger.debug("applied %s %s", kind, meta["name"])
             if kind == "ResourceQuota":
-                self._await_quota(conn, manifest)
+                await_quota(conn, manifest)
         self._tenants[key] = (digest, time.monotonic())
         self._tenants_checked[(conn.ref.name, tenant.pk)] = (key[1], time.monotonic())
         return key[1]
-
-    @staticmethod
-    def _await_quota(conn: Connection, manifest: dict, timeout: float = 10.0) -> None:
-        """Wait until the quota controller has counted a new or changed quota (its
-        `status.hard` matches the spec): quota admission checks pods against the counted
-        state, so the attempt's pods then meet the quota as it now is. On the test
-        cluster it was always counted within milliseconds; bounded, never fatal."""
-        hard = {k: _quantity(v) for k, v in manifest["spec"]["hard"].items()}
-        if not hard:
-            return
-        name, ns = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
-        deadline = time.monotonic() + timeout
-        while True:
-            quota = conn.core.read_namespaced_resource_quota(
-                name, ns, _request_timeout=conn.timeout
-            )
-            counted = (quota.status.hard or {}) if quota.status else {}
-            if {k: _quantity(v) for k, v in counted.items()} == hard:
-                return
-            if time.monotonic() > deadline:
-                logger.warning("quota %s/%s not counted after %s s", ns, name, timeout)
-                return
-            time.sleep(0.1)
 
     def launch(self, job, token_for_rank) -> None:
         """Write down where the attempt goes, then hand its API creates to the launch pool
@@ -566,17 +412,17 @@ class KubernetesBackend(Backend):
             created = []
             try:
                 for manifest in manifests:
-                    created.append((manifest, self._create(conn, manifest)))
+                    created.append((manifest, create_object(conn, manifest)))
                 workload, uid = created[-1]
                 owner_ref = m.owner_reference(
                     workload["kind"], workload["apiVersion"], workload["metadata"]["name"], uid
                 )
                 for manifest, _ in created[:-1]:
-                    self._adopt(conn, manifest, owner_ref)
+                    adopt(conn, manifest, owner_ref)
             except Exception:
                 for manifest, _ in reversed(created):
                     with contextlib.suppress(Exception):
-                        self._delete_created(conn, manifest)
+                        delete_created(conn, manifest)
                 raise
         finally:
             self._slots.release()
@@ -627,62 +473,6 @@ class KubernetesBackend(Backend):
         """Is the job's current attempt still in this process's launch pool?"""
         with self._lock:
             return (job.pk, job.attempt) in self._inflight
-
-    @staticmethod
-    def _create(conn: Connection, manifest: dict) -> str:
-        """Create one object; its uid. The answer is not turned into the client's model
-        objects (`_preload_content=False`): that took more time than the request."""
-        response = KubernetesBackend._create_any(conn, manifest, _preload_content=False)
-        return json.loads(response.data)["metadata"]["uid"]
-
-    @staticmethod
-    def _delete_created(conn: Connection, manifest: dict) -> None:
-        ns, name, kind = (
-            manifest["metadata"]["namespace"],
-            manifest["metadata"]["name"],
-            manifest["kind"],
-        )
-        delete = {
-            "Secret": conn.core.delete_namespaced_secret,
-            "Service": conn.core.delete_namespaced_service,
-            "Pod": conn.core.delete_namespaced_pod,
-            "NetworkPolicy": conn.networking.delete_namespaced_network_policy,
-            "Job": conn.batch.delete_namespaced_job,
-        }[kind]
-        delete(name, ns, propagation_policy="Foreground", _request_timeout=conn.timeout)
-
-    @staticmethod
-    def _create_any(conn: Connection, manifest: dict, **options):
-        """Create one namespaced object of a kind Gantry makes (`dry_run="All"`: the
-        live tests' server-side validation)."""
-        ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
-        options["_request_timeout"] = conn.timeout
-        create = {
-            "Secret": conn.core.create_namespaced_secret,
-            "Service": conn.core.create_namespaced_service,
-            "Pod": conn.core.create_namespaced_pod,
-            "ResourceQuota": conn.core.create_namespaced_resource_quota,
-            "LimitRange": conn.core.create_namespaced_limit_range,
-            "NetworkPolicy": conn.networking.create_namespaced_network_policy,
-            "Job": conn.batch.create_namespaced_job,
-        }.get(kind)
-        if create is None:
-            raise ValueError(f"cannot create a {kind}")
-        return create(ns, manifest, **options)
-
-    @staticmethod
-    def _adopt(conn: Connection, manifest: dict, owner: dict) -> None:
-        """Hang the Secret, Service and gang NetworkPolicy on the workload, so they go
-        when it goes."""
-        ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-        patch = {"metadata": {"ownerReferences": [owner]}}
-        options = {"_request_timeout": conn.timeout, "_preload_content": False}
-        if manifest["kind"] == "Secret":
-            conn.core.patch_namespaced_secret(name, ns, patch, **options)
-        elif manifest["kind"] == "NetworkPolicy":
-            conn.networking.patch_namespaced_network_policy(name, ns, patch, **options)
-        else:
-            conn.core.patch_namespaced_service(name, ns, patch, **options)
 
     # -- stopping --------------------------------------------------------------------
     def attempt_objects(self, job, attempt: int | None = None) -> tuple[ClusterRef, str, str]:

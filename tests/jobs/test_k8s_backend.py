@@ -20,8 +20,8 @@ import pytest
 from cluster.models import KubernetesCluster
 from jobs.backends import get_backend, reset_backends
 from jobs.backends import k8s_manifests as m
+from jobs.backends.k8s_client import ClusterRef
 from jobs.backends.k8s_watch import assess_pod, watches_for
-from jobs.backends.kubernetes import ClusterRef
 from jobs.models import Job, JobWorker
 from jobs.services.ingestion import record_worker_status
 from jobs.services.launch import device_holder, executor_job, job_spec_for_executor, launch_job
@@ -387,7 +387,7 @@ def test_assess_pod_reads_evictions_and_config_errors():
 
 
 def test_cluster_ref_from_environment_when_none_registered(db, monkeypatch):
-    from jobs.backends.kubernetes import registered_clusters
+    from jobs.backends.k8s_client import registered_clusters
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     assert registered_clusters() == [ClusterRef("default", in_cluster=True)]

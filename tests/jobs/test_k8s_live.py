@@ -343,7 +343,7 @@ def test_every_generated_object_is_accepted_with_quota_and_limits_on(
     plugin, ResourceQuota and LimitRanger included), in a namespace Gantry set up."""
     from kubernetes.utils import parse_quantity
 
-    from jobs.backends.kubernetes import KubernetesBackend
+    from jobs.backends.k8s_client import create_any
 
     from .test_k8s_manifests import CASES, tokens
 
@@ -364,7 +364,7 @@ def test_every_generated_object_is_accepted_with_quota_and_limits_on(
     for case, (spec, cfg) in CASES.items():
         spec = m.JobSpec(**{**spec.__dict__, "tenant_slug": tenant.slug})
         for manifest in m.job_manifests(spec, cfg, tokens(spec.workers)):
-            made = KubernetesBackend._create_any(conn, manifest, dry_run="All")
+            made = create_any(conn, manifest, dry_run="All")
             assert made.metadata.name == manifest["metadata"]["name"], case
             created += 1
     assert created == 30  # 11 cases: Secrets, Services, gang policies, Jobs, Pods

@@ -10,8 +10,9 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
+from jobs.backends.k8s_client import ClusterError, registered_clusters
 from jobs.backends.k8s_watch import watches_for
-from jobs.backends.kubernetes import ClusterError, KubernetesBackend, registered_clusters
+from jobs.backends.kubernetes import KubernetesBackend
 
 
 class Command(BaseCommand):
