@@ -85,6 +85,21 @@ def test_imports_follow_the_arrows():
     assert wrong_arrows() == []
 
 
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_too_long_to_read_in_one_sitting():
+    """Issue 21's rule: an app's module (migrations aside) or a benchmark stays under 600 lines;
+    a longer one is split by use case, as jobs/services/ and datasets/services/ are."""
+    paths = [p for app in sorted(APPS) for p in modules(app)] + sorted((ROOT / "bench").glob("*.py"))
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in paths
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
 def test_the_executor_needs_only_the_standard_library():
     """The executor runs inside every job image: no Django, no Gantry app."""
     for path in modules("executor"):
