@@ -335,6 +335,9 @@ BASES = {
     ("put", "/api/v1/memberships/{id}/"): Base(lambda w: {"role": "admin"}, "membership", 200),
     ("patch", "/api/v1/memberships/{id}/"): Base(lambda w: {"role": "admin"}, "membership", 200),
     ("post", "/api/v1/tokens/"): Base(lambda w: {"name": "probe", "scope": "read"}),
+    ("post", "/api/v1/invitations/"): Base(
+        lambda w: {"tenant": w["tenant"].pk, "email": "probe@example.org", "role": "member"}
+    ),
     ("post", "/api/v1/projects/"): Base(
         lambda w: {
             "tenant": w["tenant"].pk,
@@ -1294,6 +1297,9 @@ FORM_PAGES = {
     "accounts:member_add": Page("tenant", lambda w: {"user": "oscar", "role": "member"}),
     "accounts:member_edit": Page("membership", lambda w: {"role": "admin"}),
     "accounts:token_list": Page(None, lambda w: {"name": "probe", "expires_in_days": "30"}),
+    "accounts:invitation_add": Page(
+        "tenant", lambda w: {"email": "probe@example.org", "role": "member", "days": "7"}
+    ),
     # `next` is only where to go afterwards: anything but a path here leads home.
     "accounts:switch_tenant": Page(
         None, lambda w: {"tenant": str(w["tenant"].pk), "next": "/"}, shown_at="/", free=("next",)
@@ -1365,6 +1371,9 @@ NOT_FORMS = {
     "oidc_logout": "signs out; no fields",
     "accounts:member_remove": "a button: nothing inside to confirm",
     "accounts:token_revoke": "a button",
+    "accounts:invitation_revoke": "a button",
+    "accounts:invitation_accept": "tests/accounts/test_invitations.py: tampered, expired, reused and "
+    "withdrawn links, bad usernames and passwords, each refused with nothing changed",
     "projects:projectmember_remove": "a button: nothing inside to confirm",
     "jobs:job_cancel": "a button",
     "jobs:job_retry": "a button",
