@@ -68,11 +68,11 @@ test-postgres: $(STAMP)
 	elif [ "$$CI" = "true" ]; then echo "PostgreSQL/Redis not reachable and CI=true"; exit 1; \
 	else echo "PostgreSQL/Redis not reachable: skipped the PostgreSQL + Redis pass"; fi
 
-# Every benchmark in bench/ (the locustfile is the load generator's, not a benchmark).
+# Every benchmark in bench/ (the locustfile is the load generator's and measure.py their shared helpers: not benchmarks).
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[bench]'
 	for script in bench/*.py; do \
-		case $$script in *locustfile.py) continue;; esac; \
+		case $$script in *locustfile.py|*measure.py) continue;; esac; \
 		$(BIN)/python $$script || exit 1; \
 	done
 

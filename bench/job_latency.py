@@ -24,7 +24,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,21 +32,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from measure import free_port, percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = [sys.executable, "-c", "print('hello', flush=True)"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def summary(values: list[float]) -> dict:

@@ -59,16 +59,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from measure import percentile
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared" / "traces" / "philly_vc.csv.gz"
 GPUS_PER_NODE = 8
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def summary(values: list[float]) -> dict:

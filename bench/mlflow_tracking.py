@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -40,20 +39,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from measure import free_port, percentile
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def wait_http(url: str, timeout: float = 120) -> None:

@@ -29,7 +29,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
+from measure import free_port, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = "python -c \"print('hello', flush=True)\""
@@ -54,19 +54,6 @@ project = create_project(actor=user, tenant=tenant, name="Bench", slug="bench")
 token, secret = create_api_token(actor=user, name="bench", scope="write")
 print(project.pk, secret)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def summary(values: list[float]) -> dict:
