@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import math
 import os
 import posixpath
 import shutil
@@ -72,12 +73,27 @@ def _sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
+SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def _tenths(x: float) -> float:
+    return math.floor(x * 10 + 0.5) / 10  # half up, as Gantry's pages round
+
+
 def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"  # pragma: no cover
+    """Bytes as Gantry's pages show them (core.formatting.format_size): binary units,
+    one decimal, so a job's log and its version page name the same size."""
+    size = float(n)
+    if size < 1024:
+        return f"{math.floor(size + 0.5)} B"
+    unit = 0
+    while size >= 1024 and unit < len(SIZE_UNITS) - 1:
+        size /= 1024
+        unit += 1
+    if _tenths(size) >= 1024 and unit < len(SIZE_UNITS) - 1:
+        size /= 1024
+        unit += 1
+    return f"{_tenths(size):.1f} {SIZE_UNITS[unit]}"
 
 
 def stage_inputs(
