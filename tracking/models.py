@@ -107,7 +107,19 @@ class RunQuerySet(models.QuerySet):
         return in_visible_projects(self, user, "experiment__project")
 
 
-class Run(models.Model):
+class InExperiment:
+    """A run or a logged model: its project and tenant are its experiment's."""
+
+    @property
+    def project(self):
+        return self.experiment.project
+
+    @property
+    def tenant(self):
+        return self.experiment.project.tenant
+
+
+class Run(InExperiment, models.Model):
     """One run of training code: its status, parameters, metrics and tags."""
 
     run_id = models.CharField(max_length=64, unique=True, default=new_run_id)
@@ -138,14 +150,6 @@ class Run(models.Model):
 
     def __str__(self):
         return self.run_id
-
-    @property
-    def project(self):
-        return self.experiment.project
-
-    @property
-    def tenant(self):
-        return self.experiment.project.tenant
 
     @property
     def artifact_uri(self) -> str:
@@ -280,7 +284,7 @@ def new_model_id() -> str:
     return f"m-{uuid.uuid4().hex}"
 
 
-class LoggedModel(models.Model):
+class LoggedModel(InExperiment, models.Model):
     """An MLflow 3 logged model: the files `log_model` writes, with their run and status.
 
     Params and tags are small key/value maps, kept as JSON objects."""
@@ -315,14 +319,6 @@ class LoggedModel(models.Model):
 
     def __str__(self):
         return self.model_id
-
-    @property
-    def project(self):
-        return self.experiment.project
-
-    @property
-    def tenant(self):
-        return self.experiment.project.tenant
 
     @property
     def artifact_uri(self) -> str:
