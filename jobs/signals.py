@@ -8,6 +8,15 @@ scheduling or cluster): Django signals whose receivers answer.
   (`gpus`, `cpus`, `memory_mb`; None = no limit), or None when the tenant has none. The
   Kubernetes backend turns them into the namespace's ResourceQuota.
 
+* `job_transitioned(job, event)`: sent after the transaction that moved a job to a new
+  state commits (`jobs.states.transition`); `event` is the JobEvent (from_state,
+  to_state, reason). Receivers must not block: queue a task for slow work
+  (notifications deliver by django-q tasks).
+* `job_alert(job, kind, message)`: something a person should hear of that is not a state
+  change: kind is one of `idle_warning` (a GPU job or notebook about to be stopped for
+  idleness), `waiting_long` (queued longer than its project's threshold; message is the
+  "why pending" text), `quota_nearly_full`, `checkpoint_saved`.
+
 Scheduling connects its receivers in `SchedulingConfig.ready`. Jobs tell scheduling that
 the queue changed through a task name (`jobs.tasks.kick` queues
 "scheduling.tasks.admit_and_launch"), not an import.
@@ -17,6 +26,8 @@ from django.dispatch import Signal
 
 submit_check = Signal()
 tenant_limits = Signal()
+job_transitioned = Signal()
+job_alert = Signal()
 
 
 def first_answer(signal: Signal, **kwargs):

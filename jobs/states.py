@@ -113,6 +113,9 @@ def transition(job, to_state: str, reason: str, actor=None, **fields) -> bool:
     from jobs.consumers import publish_status
 
     transaction.on_commit(lambda: publish_status(job, event))
+    from jobs.signals import job_transitioned
+
+    transaction.on_commit(lambda: job_transitioned.send(sender=None, job=job, event=event))
     if to_state in TERMINAL or to_state == QUEUED:
         # Capacity was freed or a job is waiting: run admission soon, not at the next tick.
         from jobs.tasks import kick

@@ -16,10 +16,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # The picture: each app and the apps it may import directly.
 ARROWS: dict[str, set[str]] = {
     "config": {"*"},
+    "sweeps": {"tracking", "checkpoints", "scheduling", "snapshots", "jobs", "projects", "core"},
+    "telemetry": {"scheduling", "jobs", "cluster", "projects", "accounts", "core"},
+    "notifications": {"scheduling", "jobs", "projects", "accounts", "core"},
     "tracking": {"modelhub", "jobs", "projects", "accounts", "core"},
-    "scheduling": {"jobs", "cluster", "projects", "accounts"},
+    "scheduling": {"checkpoints", "jobs", "cluster", "projects", "accounts"},
+    "checkpoints": {"modelhub", "jobs", "datasets", "projects", "accounts", "core"},
     "modelhub": {"jobs", "images", "datasets", "projects"},
-    "jobs": {"images", "datasets", "projects"},
+    "jobs": {"snapshots", "images", "datasets", "projects"},
+    "snapshots": {"datasets", "projects", "accounts", "core"},
     "images": {"projects", "accounts"},
     "datasets": {"projects", "accounts"},
     "cluster": {"projects", "accounts"},
