@@ -20,16 +20,16 @@ RUN_STAMP := $(VENV)/.installed-run
 # `make run` installs what serving needs (the platform, the executor, JupyterLab for
 # notebooks) with pip's progress on screen; the test tools and the examples' PyTorch come
 # with `make test` or `make examples`.
-$(RUN_STAMP): pyproject.toml requirements.lock executor/pyproject.toml
+$(RUN_STAMP): pyproject.toml requirements.lock executor/pyproject.toml cli/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	@echo "Installing Gantry and JupyterLab into $(VENV) (a few minutes the first time)..."
-	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[notebooks]' ./executor
+	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[notebooks]' ./executor -e ./cli
 	touch $(RUN_STAMP)
 
 $(STAMP): $(RUN_STAMP)
 	@echo "Installing the test tools and the examples' libraries (PyTorch is large)..."
-	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[dev,examples]' ./executor
+	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[dev,examples]' ./executor -e ./cli
 	touch $(STAMP)
 
 install: $(STAMP)

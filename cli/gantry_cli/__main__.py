@@ -1,0 +1,3 @@
+from gantry_cli.main import app
+
+app(prog_name="gantry")
