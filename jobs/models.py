@@ -58,6 +58,10 @@ class Job(models.Model):
     memory_mb = models.PositiveIntegerField("memory (MiB)", default=1024)
     workers = models.PositiveIntegerField(default=1)
     inputs = models.JSONField(default=list, blank=True)
+    # The code the job runs: staged into its working directory before the command starts.
+    code_snapshot = models.ForeignKey(
+        "snapshots.CodeSnapshot", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
     outputs_dir = models.CharField(max_length=200, default="outputs")
     timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
     max_retries = models.PositiveIntegerField(default=0)

@@ -67,6 +67,9 @@ MATRIX: dict[str, Rule] = {
     "dataset.view": Rule(PROJECT, ProjectRole.VIEWER),
     "dataset.create": Rule(PROJECT, ProjectRole.DEVELOPER),
     "dataset.delete": Rule(PROJECT, ProjectRole.MAINTAINER),
+    # Code snapshots (snapshots/): the files a job runs; developers upload them.
+    "snapshot.view": Rule(PROJECT, ProjectRole.VIEWER),
+    "snapshot.create": Rule(PROJECT, ProjectRole.DEVELOPER),
     "model.view": Rule(PROJECT, ProjectRole.VIEWER),
     "model.register": Rule(PROJECT, ProjectRole.DEVELOPER),
     "model.alias": Rule(PROJECT, ProjectRole.MAINTAINER),

@@ -81,6 +81,7 @@ INSTALLED_APPS = [
     "images",
     "modelhub",
     "datasets",
+    "snapshots",
     "tracking",
 ]
 

@@ -154,5 +154,8 @@ GANTRY_ARCHIVE_MAX_RATIO = setting("int", "GANTRY_ARCHIVE_MAX_RATIO", 200)
 # Bucket prefixes (comma-separated) whose objects may be imported as a dataset version;
 # empty turns the feature off.
 GANTRY_DATASET_IMPORT_PREFIXES = setting("str", "GANTRY_DATASET_IMPORT_PREFIXES", "")
+# Code snapshots (snapshots/): the most files and megabytes one snapshot may hold.
+GANTRY_SNAPSHOT_MAX_FILES = setting("int", "GANTRY_SNAPSHOT_MAX_FILES", 20_000)
+GANTRY_SNAPSHOT_MAX_MB = setting("int", "GANTRY_SNAPSHOT_MAX_MB", 200)
 if GANTRY_UPLOAD_PART_MB < 5:
     fail("GANTRY_UPLOAD_PART_MB", "must be at least 5 (the S3 minimum part size)")

@@ -1,0 +1,291 @@
+"""Every change to code snapshots: create (with the manifest), receive a blob, finalize;
+and what jobs ask of them (the snapshot a job names, its files for the executor).
+
+Blob reuse is per tenant: content counts as held only when a file of the same tenant
+(a snapshot's or a dataset version's) already refers to it, so one tenant can never learn
+whether another holds a file, nor name another's content without sending its bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core import audit
+from core.formatting import format_size
+from datasets import storage
+from datasets.models import Blob, DatasetFile, blob_key
+from datasets.services.paths import BATCH, check_tree, clean_path
+from projects.permissions import can, require
+from snapshots.models import CodeSnapshot, SnapshotFile, SnapshotState
+
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+GIT_COMMIT = re.compile(r"^[0-9a-f]{7,64}\Z")
+DEFAULT_MODE = 0o644
+BIGGEST_SHOWN = 5
+
+
+def _whole(value: Any, what: str, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError({"files": f"{path}: {what} must be a whole number, not {value!r:.40}."})
+    return value
+
+
+def _clean_file(entry: Any) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise ValidationError({"files": f"Each file is an object, not {entry!r:.60}."})
+    try:
+        path = clean_path(entry.get("path"))
+    except ValidationError as exc:
+        raise ValidationError({"files": exc.messages}) from None
+    size = _whole(entry.get("size"), "size", path)
+    sha = entry.get("sha256")
+    if not isinstance(sha, str) or not SHA256.match(sha.lower()):
+        raise ValidationError({"files": f"{path}: sha256 must be 64 hex digits."})
+    mode = entry.get("mode", DEFAULT_MODE)
+    if _whole(mode, "mode", path) > 0o7777:
+        raise ValidationError({"files": f"{path}: mode must be a permission mode (at most 0o7777)."})
+    # Only the executable bit matters: staged files are read-only whatever they were.
+    return {"path": path, "size": size, "sha256": sha.lower(), "mode": 0o755 if mode & 0o111 else 0o644}
+
+
+def clean_manifest(files: Any) -> list[dict[str, Any]]:
+    """The client's file list, checked: safe relative paths, each once, within the limits."""
+    if not isinstance(files, list) or not files:
+        raise ValidationError({"files": "List the files of the snapshot (at least one)."})
+    max_files = settings.GANTRY_SNAPSHOT_MAX_FILES
+    if len(files) > max_files:
+        raise ValidationError(
+            f"{len(files)} files is more than a code snapshot may hold ({max_files}); "
+            "leave data and build outputs out (.gitignore or .gantryignore) and send them "
+            "as a dataset."
+        )
+    cleaned = [_clean_file(entry) for entry in files]
+    paths = [f["path"] for f in cleaned]
+    if len(set(paths)) != len(paths):
+        seen: set[str] = set()
+        twice = next(p for p in paths if p in seen or seen.add(p))
+        raise ValidationError({"files": f"{twice} is listed twice."})
+    try:
+        check_tree(paths)
+    except ValidationError as exc:
+        raise ValidationError({"files": exc.messages}) from None
+    check_size(cleaned)
+    return sorted(cleaned, key=lambda f: f["path"])
+
+
+def check_size(files: list[dict[str, Any]]) -> None:
+    limit = settings.GANTRY_SNAPSHOT_MAX_MB * 1024 * 1024
+    total = sum(f["size"] for f in files)
+    if total <= limit:
+        return
+    biggest = sorted(files, key=lambda f: -f["size"])[:BIGGEST_SHOWN]
+    named = ", ".join(f"{f['path']} ({format_size(f['size'])})" for f in biggest)
+    raise ValidationError(
+        f"The snapshot holds {format_size(total)}, more than the limit of "
+        f"{format_size(limit)}. The biggest files: {named}. Leave data and weights out "
+        "(.gitignore or .gantryignore) and send them as a dataset."
+    )
+
+
+def clean_git(git: Any) -> dict[str, Any]:
+    if git is None:
+        return {"git_commit": "", "git_dirty": None, "git_branch": ""}
+    if not isinstance(git, dict):
+        raise ValidationError({"git": "An object {commit, dirty, branch}, or null."})
+    commit = git.get("commit") or ""
+    dirty = git.get("dirty")
+    branch = git.get("branch") or ""
+    if not isinstance(commit, str) or (commit and not GIT_COMMIT.match(commit.lower())):
+        raise ValidationError({"git": "commit: a hex commit id."})
+    if dirty is not None and not isinstance(dirty, bool):
+        raise ValidationError({"git": "dirty: true or false."})
+    if not isinstance(branch, str) or len(branch) > 255 or not branch.isprintable():
+        raise ValidationError({"git": "branch: a branch name (at most 255 characters)."})
+    return {"git_commit": commit.lower(), "git_dirty": dirty, "git_branch": branch}
+
+
+def manifest_digest(files: Iterable[dict[str, Any]]) -> str:
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f"{f['path']}\0{f['mode']:o}\0{f['sha256']}\n".encode())
+    return digest.hexdigest()
+
+
+def held_by_tenant(tenant_id: int, shas: Iterable[str]) -> set[str]:
+    """The contents among `shas` this tenant already holds (in a snapshot or a dataset)."""
+    shas = list(set(shas))
+    held: set[str] = set()
+    for i in range(0, len(shas), BATCH):
+        chunk = shas[i : i + BATCH]
+        held.update(
+            SnapshotFile.objects.filter(
+                snapshot__project__tenant_id=tenant_id, blob_id__in=chunk
+            ).values_list("blob_id", flat=True)
+        )
+        held.update(
+            DatasetFile.objects.filter(
+                version__dataset__project__tenant_id=tenant_id, blob_id__in=chunk
+            ).values_list("blob_id", flat=True)
+        )
+    return held
+
+
+def missing_blobs(snapshot: CodeSnapshot) -> list[str]:
+    return sorted(
+        set(snapshot.files.filter(blob=None).values_list("sha256", flat=True))
+    )
+
+
+@transaction.atomic
+def create_snapshot(actor, project, files: Any, git: Any = None) -> tuple[CodeSnapshot, list[str]]:
+    """A snapshot of `files` (the client's manifest) in `project`, and the contents still
+    to send. With nothing to send it is ready at once (one round trip for an unchanged
+    tree)."""
+    require(actor, "snapshot.create", project)
+    cleaned = clean_manifest(files)
+    git_fields = clean_git(git)
+    held = held_by_tenant(project.tenant_id, (f["sha256"] for f in cleaned))
+    missing = sorted({f["sha256"] for f in cleaned} - held)
+    snapshot = CodeSnapshot.objects.create(
+        project=project,
+        created_by=actor,
+        digest=manifest_digest(cleaned),
+        file_count=len(cleaned),
+        size=sum(f["size"] for f in cleaned),
+        state=SnapshotState.PENDING if missing else SnapshotState.READY,
+        ready_at=None if missing else timezone.now(),
+        **git_fields,
+    )
+    SnapshotFile.objects.bulk_create(
+        [
+            SnapshotFile(
+                snapshot=snapshot,
+                blob_id=f["sha256"] if f["sha256"] in held else None,
+                **f,
+            )
+            for f in cleaned
+        ],
+        batch_size=BATCH,
+    )
+    audit.record(actor, "snapshot.create", snapshot, files=len(cleaned), missing=len(missing))
+    return snapshot, missing
+
+
+def receive_blob(actor, snapshot: CodeSnapshot, sha256: str, stream) -> None:
+    """Store one missing content of `snapshot` after checking its size and sha256
+    against the manifest; nothing changes when they do not match. Idempotent."""
+    require(actor, "snapshot.create", snapshot)
+    sha256 = (sha256 or "").lower()
+    if not SHA256.match(sha256):
+        raise ValidationError("The blob's name is its sha256: 64 hex digits.")
+    entry = snapshot.files.filter(sha256=sha256).values("size", "blob_id").first()
+    if entry is None:
+        raise ValidationError(f"No file of code snapshot #{snapshot.pk} has the content {sha256}.")
+    if entry["blob_id"] is not None:
+        return  # held already: the bytes are not needed again
+    expected = entry["size"]
+    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as tmp:
+        digest, size = hashlib.sha256(), 0
+        while chunk := stream.read(storage.CHUNK):
+            size += len(chunk)
+            if size > expected:
+                break
+            digest.update(chunk)
+            tmp.write(chunk)
+        if size != expected:
+            raise ValidationError(
+                f"The content {sha256} is {expected} bytes in the manifest; "
+                f"{'more' if size > expected else size} arrived."
+            )
+        if digest.hexdigest() != sha256:
+            raise ValidationError(
+                f"The bytes sent do not have the sha256 {sha256} (damaged on the way?); "
+                "send them again."
+            )
+        tmp.seek(0)
+        storage.store_blob(sha256, tmp)
+    try:
+        with transaction.atomic():
+            Blob.objects.get_or_create(sha256=sha256, defaults={"size": expected})
+    except IntegrityError:  # a concurrent upload of the same content created it
+        pass
+    SnapshotFile.objects.filter(snapshot=snapshot, sha256=sha256, blob=None).update(blob_id=sha256)
+
+
+@transaction.atomic
+def finalize_snapshot(actor, snapshot: CodeSnapshot) -> CodeSnapshot:
+    """Mark the snapshot ready once every content has arrived (ValidationError naming the
+    missing ones otherwise); a ready snapshot answers as it is."""
+    require(actor, "snapshot.create", snapshot)
+    snapshot = CodeSnapshot.objects.select_for_update().get(pk=snapshot.pk)
+    if snapshot.is_ready:
+        return snapshot
+    missing = missing_blobs(snapshot)
+    if missing:
+        raise ValidationError(
+            {
+                "detail": f"{len(missing)} file content(s) have not arrived yet.",
+                "missing": missing,
+            }
+        )
+    snapshot.state = SnapshotState.READY
+    snapshot.ready_at = timezone.now()
+    snapshot.save(update_fields=["state", "ready_at"])
+    audit.record(actor, "snapshot.ready", snapshot)
+    return snapshot
+
+
+def snapshot_for_job(actor, project, value: Any) -> CodeSnapshot | None:
+    """The code snapshot a job submitted to `project` names (an instance or an id), if
+    the actor may see it, it is ready and it belongs to the same project."""
+    if value in (None, ""):
+        return None
+    if isinstance(value, CodeSnapshot):
+        pk = value.pk
+    elif isinstance(value, int) and not isinstance(value, bool):
+        pk = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        pk = int(value.strip())
+    else:
+        raise ValidationError({"code_snapshot": f"A code snapshot id, not {value!r:.40}."})
+    snapshot = CodeSnapshot.objects.visible_to(actor).filter(pk=pk).first()
+    if snapshot is None or not can(actor, "snapshot.view", snapshot):
+        raise ValidationError({"code_snapshot": f"No such code snapshot: {pk}."})
+    if snapshot.project_id != project.pk:
+        raise ValidationError(
+            {
+                "code_snapshot": f"Code snapshot #{pk} belongs to project "
+                f"{snapshot.project.name}, not {project.name}: upload the code to this project."
+            }
+        )
+    if not snapshot.is_ready:
+        raise ValidationError(
+            {"code_snapshot": f"Code snapshot #{pk} is still uploading: finalize it first."}
+        )
+    return snapshot
+
+
+def files_for_executor(snapshot: CodeSnapshot, blob_url: Callable[[str], str]) -> list[dict]:
+    """The manifest the executor stages: path, size, sha256, mode and where to GET each
+    content (presigned on S3; `blob_url(sha256)`, the agent API, on the filesystem)."""
+    files = []
+    rows = snapshot.files.order_by("path").values("path", "size", "sha256", "mode")
+    for f in rows.iterator(chunk_size=BATCH):
+        url = storage.presigned_get(blob_key(f["sha256"])) if storage.is_s3() else blob_url(f["sha256"])
+        files.append({**f, "url": url})
+    return files
+
+
+def executor_may_read_blob(snapshot_id: int | None, sha256: str) -> bool:
+    return snapshot_id is not None and SnapshotFile.objects.filter(
+        snapshot_id=snapshot_id, sha256=sha256, blob__isnull=False
+    ).exists()
