@@ -17,13 +17,15 @@ from django.core.asgi import get_asgi_application
 
 django_asgi_app = get_asgi_application()  # django.setup(), before anything imports models
 
+from accounts.websocket_auth import TokenAuthMiddleware  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            # A session cookie (browsers) or `Authorization: Bearer gty_…` (the gantry CLI).
+            AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

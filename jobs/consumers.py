@@ -266,6 +266,17 @@ def lost_access(scope, check) -> int | None:
     PermissionDenied. The notebook proxy's sockets ask the same.
     """
     held = scope["user"]
+    if scope.get("api_token") is not None:  # signed in by a token (the CLI), not a session
+        from accounts.websocket_auth import token_still_valid
+
+        user = token_still_valid(scope["api_token"])
+        if user is None or user.pk != held.pk:
+            return CLOSE_UNAUTHENTICATED
+        try:
+            check(user)
+        except (Http404, PermissionDenied):
+            return CLOSE_FORBIDDEN
+        return None
     session_key = scope["session"].session_key if "session" in scope else None
     data = import_module(settings.SESSION_ENGINE).SessionStore(session_key).load()
     user = get_user(SimpleNamespace(session=_SessionCopy(data)))
@@ -299,7 +310,7 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
         try:
             pk = int(self.scope["url_route"]["kwargs"]["pk"])
             self.job = await database_sync_to_async(get_object_for_user)(
-                user, Job, "job.view", pk=pk
+                user, Job, "job.view", token=self.scope.get("api_token"), pk=pk
             )
         except (Http404, PermissionDenied, ValueError):
             await self.close(code=CLOSE_NOT_FOUND)
@@ -369,7 +380,10 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
         self.checked_at = time.monotonic()
         pk = self.job.pk
         code = await database_sync_to_async(lost_access)(
-            self.scope, lambda user: get_object_for_user(user, Job, "job.view", pk=pk)
+            self.scope,
+            lambda user: get_object_for_user(
+                user, Job, "job.view", token=self.scope.get("api_token"), pk=pk
+            ),
         )
         if code is None or self.closing:
             return self.closing
