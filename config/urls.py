@@ -28,6 +28,9 @@ urlpatterns = [
     # pattern (70 -> 26 us a request, each failed include raising Resolver404), and a
     # page tries one prefix more.
     path("api/", include(api_patterns)),
+    # MLflow serves its REST API under /ajax-api/2.0/ too (its UI and the ajax-only reads,
+    # e.g. get-history-bulk-interval): the same views, the same token auth.
+    path("ajax-api/2.0/", include("tracking.urls")),
     path("", HomeView.as_view(), name="home"),
     path("healthz", healthz, name="healthz"),
     path("audit/", AuditEventListView.as_view(), name="audit_list"),

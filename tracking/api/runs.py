@@ -58,6 +58,7 @@ def run_json(run: Run) -> dict:
         "inputs": {
             "dataset_inputs": [{"dataset": i.dataset, "tags": i.tags} for i in loaded["inputs"]]
         },
+        "outputs": {"model_outputs": [{"model_id": m, "step": 0} for m in loaded["outputs"]]},
     }
 
 

@@ -14,6 +14,7 @@ from tracking.errors import invalid, not_found
 from tracking.models import (
     LatestMetric,
     Lifecycle,
+    LoggedModel,
     Param,
     Run,
     RunInput,
@@ -226,6 +227,11 @@ def load_runs(pks: list[int]) -> list[Run]:
     ):
         for row in model.objects.filter(run_id__in=pks).order_by("pk"):
             children[row.run_id][name].append(row)
+    # The run's outputs: the MLflow 3 models it logged (log_model's log-outputs call).
+    for run_pk, model_id in (
+        LoggedModel.objects.filter(run_id__in=pks).order_by("pk").values_list("run_id", "model_id")
+    ):
+        children[run_pk]["outputs"].append(model_id)
     ordered = []
     for pk in pks:
         run = runs[pk]
