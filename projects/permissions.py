@@ -79,6 +79,10 @@ MATRIX: dict[str, Rule] = {
     "experiment.view": Rule(PROJECT, ProjectRole.VIEWER),
     "experiment.log": Rule(PROJECT, ProjectRole.DEVELOPER),
     "experiment.delete": Rule(PROJECT, ProjectRole.MAINTAINER, creator_role=ProjectRole.DEVELOPER),
+    # A project's notification subscriptions (notifications/): their addresses may carry
+    # secrets (a Slack hook's path), so only maintainers see and change them.
+    "notification.view": Rule(PROJECT, ProjectRole.MAINTAINER),
+    "notification.manage": Rule(PROJECT, ProjectRole.MAINTAINER),
     # Runtime images are tenant-scoped; public catalog images belong to no tenant (see can()).
     "image.view": Rule(TENANT, TenantRole.MEMBER),
     "image.create": Rule(TENANT, TenantRole.MEMBER),

@@ -56,6 +56,17 @@ GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = setting("int", "GANTRY_EXECUTOR_FINAL_FLUS
 # A job token keeps working this long after the job ended, so final logs and outputs flush.
 GANTRY_JOB_TOKEN_GRACE_MINUTES = setting("int", "GANTRY_JOB_TOKEN_GRACE_MINUTES", 10)
 GANTRY_NOTEBOOK_IDLE_MINUTES = setting("int", "GANTRY_NOTEBOOK_IDLE_MINUTES", 120)
+# Notifications (notifications/): webhook and email deliveries are retried this many
+# times, waiting RETRY_SECONDS, then twice that, ... between attempts, then marked failing.
+GANTRY_NOTIFY_MAX_ATTEMPTS = setting("int", "GANTRY_NOTIFY_MAX_ATTEMPTS", 6)
+GANTRY_NOTIFY_RETRY_SECONDS = setting("int", "GANTRY_NOTIFY_RETRY_SECONDS", 30)
+GANTRY_NOTIFY_TIMEOUT_SECONDS = setting("int", "GANTRY_NOTIFY_TIMEOUT_SECONDS", 10)
+# A queued job's people hear of it after this long (a project may set its own), and a
+# tenant's when its running jobs hold this share of its GPU quota.
+GANTRY_NOTIFY_WAITING_MINUTES = setting("int", "GANTRY_NOTIFY_WAITING_MINUTES", 60)
+GANTRY_NOTIFY_QUOTA_PERCENT = setting("int", "GANTRY_NOTIFY_QUOTA_PERCENT", 90)
+if GANTRY_NOTIFY_MAX_ATTEMPTS < 1 or GANTRY_NOTIFY_TIMEOUT_SECONDS < 1:
+    fail("GANTRY_NOTIFY_MAX_ATTEMPTS", "attempts and the timeout must be at least 1")
 # Notebooks are served from an origin of their own, one host per job, so that Gantry's
 # cookies never reach what a notebook shows (jobs/notebook_origin.py). `{job}` stands for
 # the job's id. The default: browsers resolve *.localhost to this machine by themselves,
