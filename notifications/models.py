@@ -89,6 +89,9 @@ class Subscription(models.Model):
     def __str__(self):
         return self.name
 
+    def get_absolute_url(self):
+        return reverse("notifications:subscription_detail", args=[self.pk])
+
     @property
     def tenant(self):
         return self.project.tenant if self.project_id else None
@@ -100,9 +103,6 @@ class Subscription(models.Model):
     @property
     def target(self) -> str:
         return self.email if self.channel == Channel.EMAIL else self.url
-
-    def get_absolute_url(self):
-        return reverse("notifications:subscription_detail", args=[self.pk])
 
 
 class DeliveryState(models.TextChoices):

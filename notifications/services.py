@@ -15,7 +15,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core import audit
-from projects.permissions import can, require
 from notifications import delivery as channels
 from notifications.models import (
     Channel,
@@ -25,6 +24,7 @@ from notifications.models import (
     ProjectAlertSettings,
     Subscription,
 )
+from projects.permissions import can, require
 
 MAX_SUBSCRIPTIONS_PER_OWNER = 50
 
