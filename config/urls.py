@@ -12,6 +12,7 @@ from core.views import AuditEventListView, healthz
 api_patterns = [
     path("v1/executor/", include("jobs.executor_api")),
     path("v1/executor/", include("tracking.executor_api")),
+    path("v1/executor/", include("checkpoints.executor_api")),
     path("v1/", include(router.urls)),
     path("v1/", include("config.api_urls")),
     # The MLflow-compatible tracking API (tracking/): MLflow's own paths and answers.
@@ -42,9 +43,11 @@ urlpatterns = [
     path("", include("projects.urls")),
     path("", include("jobs.urls")),
     path("", include("datasets.urls")),
+    path("", include("snapshots.urls")),
     path("", include("jobs.proxy_urls")),
     path("", include("scheduling.urls")),
     path("", include("images.urls")),
     path("", include("modelhub.urls")),
+    path("", include("checkpoints.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -88,6 +88,10 @@ MATRIX: dict[str, Rule] = {
     "image.create": Rule(TENANT, TenantRole.MEMBER),
     "image.change": Rule(TENANT, TenantRole.ADMIN),
     "image.delete": Rule(TENANT, TenantRole.ADMIN),
+    # Hyperparameter sweeps (sweeps/): their trials are jobs, so the job roles apply.
+    "sweep.view": Rule(PROJECT, ProjectRole.VIEWER),
+    "sweep.create": Rule(PROJECT, ProjectRole.DEVELOPER),
+    "sweep.stop": Rule(PROJECT, ProjectRole.DEVELOPER),
 }
 
 

@@ -158,5 +158,6 @@ class SnapshotViewSet(
         return Response(snapshot_data(snapshot))
 
 
-router = SimpleRouter(trailing_slash="/?")
+router = SimpleRouter()
+router.trailing_slash = "/?"  # the constructor only takes "/" or nothing
 router.register("snapshots", SnapshotViewSet, basename="snapshot")

@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "datasets",
     "snapshots",
     "tracking",
+    "sweeps",
     "notifications",
 ]
 
