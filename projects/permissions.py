@@ -70,6 +70,9 @@ MATRIX: dict[str, Rule] = {
     # Code snapshots (snapshots/): the files a job runs; developers upload them.
     "snapshot.view": Rule(PROJECT, ProjectRole.VIEWER),
     "snapshot.create": Rule(PROJECT, ProjectRole.DEVELOPER),
+    # Checkpoints (checkpoints/): seen with the job; registering one or starting a job
+    # from one are model.register and job.submit.
+    "checkpoint.view": Rule(PROJECT, ProjectRole.VIEWER),
     "model.view": Rule(PROJECT, ProjectRole.VIEWER),
     "model.register": Rule(PROJECT, ProjectRole.DEVELOPER),
     "model.alias": Rule(PROJECT, ProjectRole.MAINTAINER),

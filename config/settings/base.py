@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "tracking",
     "sweeps",
     "notifications",
+    "checkpoints",
 ]
 
 MIDDLEWARE = [

@@ -52,6 +52,11 @@ if GANTRY_ACCESS_CACHE and not REDIS_URL:
     fail("GANTRY_ACCESS_CACHE", "needs REDIS_URL (a cache every process shares)")
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = setting("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
 GANTRY_JOB_GRACE_SECONDS = setting("int", "GANTRY_JOB_GRACE_SECONDS", 10)
+# Checkpoints (checkpoints/): a preempted job gets this long, after its preempt file
+# appears, to save a checkpoint and stop before SIGTERM; retention keeps this many of a
+# job's checkpoints in projects without a policy of their own.
+GANTRY_PREEMPT_SAVE_SECONDS = setting("int", "GANTRY_PREEMPT_SAVE_SECONDS", 30)
+GANTRY_CHECKPOINT_KEEP_LAST = setting("int", "GANTRY_CHECKPOINT_KEEP_LAST", 3)
 GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = setting("int", "GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS", 300)
 # A job token keeps working this long after the job ended, so final logs and outputs flush.
 GANTRY_JOB_TOKEN_GRACE_MINUTES = setting("int", "GANTRY_JOB_TOKEN_GRACE_MINUTES", 10)

@@ -44,17 +44,23 @@ def cleanup_abandoned_uploads(now=None) -> int:
     return done
 
 
+def _unreferenced() -> dict[str, bool]:
+    """No row of any model refers to the blob: dataset files, and the files of apps above
+    datasets that keep blobs too (checkpoints), without naming them."""
+    return {f"{rel.name}__isnull": True for rel in Blob._meta.related_objects if not rel.hidden}
+
+
 def collect_garbage(grace: timedelta = timedelta(hours=1), now=None) -> int:
     """Delete blobs nothing refers to any more (older than `grace`, so a commit that is
     storing blobs right now keeps them)."""
     now = now or timezone.now()
-    candidates = Blob.objects.filter(created_at__lt=now - grace, files__isnull=True).exclude(
+    candidates = Blob.objects.filter(created_at__lt=now - grace, **_unreferenced()).exclude(
         sha256__in=UploadFile.objects.exclude(blob=None).values("blob")
     )
     removed = 0
     for sha in list(candidates.values_list("sha256", flat=True)[:10_000]):
         with transaction.atomic():
-            deleted, _ = Blob.objects.filter(pk=sha, files__isnull=True).delete()
+            deleted, _ = Blob.objects.filter(pk=sha, **_unreferenced()).delete()
         if deleted:
             default_storage.delete(blob_key(sha))
             removed += 1

@@ -1,0 +1,54 @@
+"""The checkpoint buttons on the job page (templates/checkpoints/_job_checkpoints.html):
+register one as a model version, start a new job from one. POST only; each calls one
+service and returns to the page it leads to."""
+
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.shortcuts import redirect
+
+from checkpoints.models import Checkpoint
+from checkpoints.services import register_as_model_version, start_job_from
+from core.views import GantryView
+
+
+class CheckpointActionView(GantryView):
+    model = Checkpoint
+    http_method_names = ["post"]
+
+    def get_object(self):
+        from core.access import get_object_for_user
+
+        queryset = Checkpoint.objects.complete().select_related("job__project__tenant")
+        return get_object_for_user(
+            self.request.user, queryset, self.permission_action, pk=self.kwargs["pk"]
+        )
+
+    def act(self, checkpoint):
+        raise NotImplementedError
+
+    def post(self, request, *args, **kwargs):
+        checkpoint = self.get_object()
+        try:
+            return redirect(self.act(checkpoint))
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            return redirect(checkpoint.job.get_absolute_url())
+
+
+class CheckpointRegisterView(CheckpointActionView):
+    permission_action = "model.register"
+
+    def act(self, checkpoint):
+        name = str(self.request.POST.get("model_name", ""))[:200]
+        version = register_as_model_version(self.request.user, checkpoint, name)
+        messages.success(self.request, f"Registered {checkpoint.name} as {version}.")
+        return version.get_absolute_url()
+
+
+class CheckpointResumeView(CheckpointActionView):
+    permission_action = "job.submit"
+
+    def act(self, checkpoint):
+        job = start_job_from(self.request.user, checkpoint)
+        messages.success(self.request, f"Submitted {job}, resuming from {checkpoint.name}.")
+        return job.get_absolute_url()
