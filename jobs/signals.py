@@ -16,6 +16,8 @@ scheduling or cluster): Django signals whose receivers answer.
   change: kind is one of `idle_warning` (a GPU job or notebook about to be stopped for
   idleness), `waiting_long` (queued longer than its project's threshold; message is the
   "why pending" text), `quota_nearly_full`, `checkpoint_saved`.
+* `metrics_reported(job, names)`: sent after a batch of new metric points commits; `names`
+  is the set of metric names in it. Sweeps listen (a trial's objective feeds the pruner).
 
 Scheduling connects its receivers in `SchedulingConfig.ready`. Jobs tell scheduling that
 the queue changed through a task name (`jobs.tasks.kick` queues
@@ -28,6 +30,7 @@ submit_check = Signal()
 tenant_limits = Signal()
 job_transitioned = Signal()
 job_alert = Signal()
+metrics_reported = Signal()
 
 
 def first_answer(signal: Signal, **kwargs):

@@ -18,6 +18,9 @@ STATUS = {
     "PERMISSION_DENIED": 403,
     "UNAUTHENTICATED": 401,
     "INTERNAL_ERROR": 500,
+    # The store cannot do it (presigned multipart uploads on the filesystem): the client
+    # reads 501 as "fall back", as from MLflow's server.
+    "NOT_IMPLEMENTED": 501,
 }
 
 

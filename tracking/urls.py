@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from tracking import artifacts
+from tracking import artifacts, multipart
 from tracking.api import experiments, logged_models, metrics, registry, runs
 
 urlpatterns = [
@@ -57,4 +57,7 @@ urlpatterns = [
     path("mlflow/model-versions/delete-tag", registry.model_versions_delete_tag),
     path("mlflow-artifacts/artifacts", artifacts.artifact_list),
     path("mlflow-artifacts/artifacts/<path:path>", artifacts.artifact),
+    path("mlflow-artifacts/mpu/create/<path:path>", multipart.mpu_create),
+    path("mlflow-artifacts/mpu/complete/<path:path>", multipart.mpu_complete),
+    path("mlflow-artifacts/mpu/abort/<path:path>", multipart.mpu_abort),
 ]

@@ -19,6 +19,7 @@ from jobs.consumers import publish_lines, publish_metrics
 from jobs.models import Job, JobWorker, LogChunk, MetricPoint
 from jobs.services.lifecycle import WORKER_DONE, cluster_stopped_reason, settle_job
 from jobs.services.validation import BIGINT_MAX, INT_MAX
+from jobs.signals import metrics_reported
 from jobs.states import JobState, transition
 
 
@@ -126,6 +127,8 @@ def ingest_metrics(job: Job, rank: int, metrics: list) -> int:
             worker.last_metric_seq = fresh[-1]["seq"]
             JobWorker.objects.filter(pk=worker.pk).update(last_metric_seq=worker.last_metric_seq)
             transaction.on_commit(partial(publish_metrics, job.pk, rank, points))
+            names = {m["name"][:200] for m in fresh}
+            transaction.on_commit(partial(metrics_reported.send, sender=None, job=job, names=names))
         return worker.last_metric_seq
 
 

@@ -107,3 +107,64 @@ def test_an_outsider_cannot_load_a_logged_model(mlflow_env, token_for, owner, ou
     with pytest.raises(MlflowException) as exc:
         mlflow.sklearn.load_model(info.model_uri)
     assert exc.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+
+def test_multipart_upload_on_the_filesystem_falls_back_to_the_proxy(
+    mlflow_env, live_server, token_for, owner, project, tmp_path, monkeypatch
+):
+    mlflow_env(token_for(owner, project))
+    monkeypatch.setenv("MLFLOW_ENABLE_PROXY_MULTIPART_UPLOAD", "true")
+    monkeypatch.setenv("MLFLOW_MULTIPART_UPLOAD_MINIMUM_FILE_SIZE", "1024")
+    (tmp_path / "weights.bin").write_bytes(b"w" * 4096)
+    with mlflow.start_run() as run:
+        mlflow.log_artifact(str(tmp_path / "weights.bin"))
+    stored = Run.objects.get(run_id=run.info.run_id)
+    folder = f"{stored.experiment_id}/{stored.run_id}/artifacts"
+    with default_storage.open(f"mlflow-artifacts/{folder}/weights.bin") as fh:
+        assert fh.read() == b"w" * 4096
+    # What the client got from `create` to make it fall back: MLflow's 501.
+    answer = requests.post(
+        f"{live_server.url}/api/2.0/mlflow-artifacts/mpu/create/{folder}",
+        json={"path": "weights.bin", "num_parts": 1},
+        headers={"Authorization": f"Bearer {token_for(owner, project)}"},
+        timeout=30,
+    )
+    assert answer.status_code == 501 and answer.json()["error_code"] == "NOT_IMPLEMENTED"
+
+
+def test_the_ajax_api_prefix_answers_like_the_api_and_keeps_outsiders_out(
+    mlflow_env, live_server, token_for, owner, outsider, project
+):
+    mlflow_env(token_for(owner, project))
+    with mlflow.start_run() as run:
+        for step in range(5):
+            mlflow.log_metric("loss", 1.0 / (step + 1), step=step)
+    query = {"run_ids": run.info.run_id, "metric_key": "loss", "max_results": 10}
+    owner_auth = {"Authorization": f"Bearer {token_for(owner, project)}"}
+    answers = [
+        requests.get(
+            f"{live_server.url}{prefix}/mlflow/metrics/get-history-bulk-interval",
+            params=query,
+            headers=owner_auth,
+            timeout=30,
+        )
+        for prefix in ("/api/2.0", "/ajax-api/2.0")
+    ]
+    assert answers[0].status_code == answers[1].status_code == 200
+    assert answers[1].json() == answers[0].json()
+    assert [m["step"] for m in answers[1].json()["metrics"]] == [0, 1, 2, 3, 4]
+    outsider_answer = requests.get(
+        f"{live_server.url}/ajax-api/2.0/mlflow/runs/get",
+        params={"run_id": run.info.run_id},
+        headers={"Authorization": f"Bearer {token_for(outsider)}"},
+        timeout=30,
+    )
+    assert outsider_answer.status_code == 404
+    assert outsider_answer.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+    anonymous = requests.post(
+        f"{live_server.url}/ajax-api/2.0/mlflow/runs/delete",
+        json={"run_id": run.info.run_id},
+        timeout=30,
+    )
+    assert anonymous.status_code == 401
+    assert Run.objects.get(run_id=run.info.run_id).lifecycle_stage == "active"

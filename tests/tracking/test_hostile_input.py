@@ -58,6 +58,10 @@ def test_no_endpoint_answers_500_to_wrong_types(client, owner, project):
     paths += [
         "/api/2.0/mlflow/logged-models/m-1",
         "/api/2.0/mlflow-artifacts/artifacts/1/x/artifacts/a",
+        "/api/2.0/mlflow-artifacts/mpu/create/1/x/artifacts",
+        "/api/2.0/mlflow-artifacts/mpu/complete/1/x/artifacts",
+        "/api/2.0/mlflow-artifacts/mpu/abort/1/x/artifacts",
+        "/ajax-api/2.0/mlflow/runs/log-batch",
     ]
     answered = 0
     for path, i in itertools.product(paths, range(0, len(WEIRD), 3)):
