@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from . import mlflow_relay, sandbox
 from .client import Client, FatalError, GiveUp, HttpError, log_stderr
+from .gpu import start_sampler
 from .metrics_file import tail_metrics
 from .outputs import upload_outputs
 from .shipper import Shipper
@@ -317,6 +318,7 @@ class Runner:
         tail_stop = threading.Event()
         tailer = threading.Thread(target=self._tail_metrics, args=(tail_stop,), daemon=True)
         tailer.start()
+        self.gpu = start_sampler(self.spec, self.metrics.add, self.log, proc.pid)
         started_status = threading.Thread(
             target=self._post_status,
             args=({"worker": self.cfg.worker, "event": "started", "pid": proc.pid},),
@@ -372,6 +374,8 @@ class Runner:
         self._killpg(signal.SIGKILL)
         for t in watchers.readers:
             t.join(5.0)
+        if getattr(self, "gpu", None) is not None:
+            self.gpu.stop()
         watchers.tail_stop.set()
         watchers.tailer.join(5.0)
         if self.relay is not None:

@@ -58,7 +58,10 @@ logger = logging.getLogger(__name__)
 EXECUTOR_PACKAGE = Path(settings.BASE_DIR) / "executor"
 # Variables of the platform's environment a job may see; everything else
 # (SECRET_KEY, DATABASE_URL, cloud credentials…) stays out of jobs.
+# LD_LIBRARY_PATH finds NVML/CUDA where the driver is not in the loader's default path;
+# GANTRY_GPU_SAMPLE_SECONDS is the executor's GPU telemetry period (executor/gpu.py).
 PASSED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+PASSED_ENV += ("LD_LIBRARY_PATH", "GANTRY_GPU_SAMPLE_SECONDS")
 # JupyterLab's socket, relative to the workdir (jobs/proxy.py connects to it).
 NOTEBOOK_SOCKET = ".notebook.sock"
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
