@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import warnings
 
 import optuna
 from optuna.samplers import CmaEsSampler, GridSampler, RandomSampler, TPESampler
@@ -132,7 +133,9 @@ def importance(study: optuna.Study) -> dict[str, float]:
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
     try:
-        found = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator())
+        with warnings.catch_warnings():  # "few trials in a regime": expected early in a sweep
+            warnings.simplefilter("ignore")
+            found = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator())
     except (ValueError, RuntimeError, ZeroDivisionError) as exc:
         logger.info("no parameter importance yet: %s", exc)
         return {}

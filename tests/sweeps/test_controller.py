@@ -1,0 +1,120 @@
+"""The controller pass against real jobs: trials are submitted through jobs' services and
+their jobs are moved by jobs' own state machine and metric ingestion (no process runs:
+the backend's part is what tests/sweeps/test_sweep_digits.py exercises for real)."""
+
+import pytest
+
+from jobs.models import Job
+from jobs.states import JobState
+from sweeps.controller import control_sweep
+from sweeps.models import SweepState, TrialState
+from tests.sweeps.conftest import end, report, run
+
+
+def trial_jobs(sweep):
+    return [t.job for t in sweep.trials.select_related("job").order_by("number")]
+
+
+def test_trials_are_jobs_with_their_parameters_up_to_the_parallelism(make_sweep):
+    sweep = make_sweep()
+    control_sweep(sweep.pk)
+    jobs = trial_jobs(sweep)
+    assert len(jobs) == 2  # parallelism
+    for trial in sweep.trials.all():
+        assert trial.job.parameters == {"epochs": 3, **trial.params}
+        assert set(trial.params) in ({"lr", "optimizer"}, {"lr", "optimizer", "momentum"})
+        assert ("momentum" in trial.params) == (trial.params["optimizer"] == "sgd")
+        assert trial.job.state == JobState.QUEUED
+
+
+def test_no_trial_is_added_while_one_waits_in_the_queue(make_sweep):
+    sweep = make_sweep()
+    control_sweep(sweep.pk)
+    first, second = trial_jobs(sweep)
+    run(first)
+    end(first, JobState.FAILED, "exit code 1")
+    control_sweep(sweep.pk)
+    assert sweep.trials.count() == 2, "the second trial still waits for room: no third one"
+    run(second)
+    control_sweep(sweep.pk)
+    assert sweep.trials.count() == 3
+
+
+def test_the_sweep_ends_when_its_trial_budget_is_spent_with_the_best_trial(make_sweep):
+    sweep = make_sweep(budget={"trials": 3})
+    scores = iter([0.5, 0.9, 0.7])
+    while True:
+        control_sweep(sweep.pk)
+        sweep.refresh_from_db()
+        waiting = [j for j in trial_jobs(sweep) if j.state == JobState.QUEUED]
+        if not waiting:
+            break
+        for job in waiting:
+            run(job)
+            report(job, "val_accuracy", 0.1, next(scores))
+            end(job, JobState.SUCCEEDED)
+    assert sweep.state == SweepState.SUCCEEDED
+    assert sweep.trials.count() == 3
+    assert "budget spent: 3 of 3 trials finished" in sweep.state_reason
+    assert "best: trial 1, val_accuracy 0.9" in sweep.state_reason
+    assert list(sweep.trials.values_list("objective", flat=True)) == [0.5, 0.9, 0.7]
+
+
+def test_a_sweep_whose_first_trials_all_fail_stops_with_the_reason(make_sweep):
+    sweep = make_sweep(stop_after_failures=2, budget={"trials": 20})
+    control_sweep(sweep.pk)
+    for job in trial_jobs(sweep):
+        run(job)
+        end(job, JobState.FAILED, "exit code 2: ModuleNotFoundError: No module named 'torchh'")
+    control_sweep(sweep.pk)
+    sweep.refresh_from_db()
+    assert sweep.state == SweepState.FAILED
+    assert "the first 2 trials all failed" in sweep.state_reason
+    assert "No module named 'torchh'" in sweep.state_reason
+    assert sweep.trials.count() == 2, "no budget burnt after the failures"
+    control_sweep(sweep.pk)
+    assert sweep.trials.count() == 2
+
+
+def test_a_trial_behind_the_median_is_pruned_and_its_job_cancelled_with_the_reason(make_sweep):
+    sweep = make_sweep(pruner={"type": "median", "startup_trials": 1}, parallelism=1, budget={"trials": 3})
+    control_sweep(sweep.pk)
+    (good,) = trial_jobs(sweep)
+    run(good)
+    report(good, "val_accuracy", 0.6, 0.8, 0.9)
+    end(good, JobState.SUCCEEDED)
+    control_sweep(sweep.pk)
+    bad = trial_jobs(sweep)[1]
+    run(bad)
+    report(bad, "val_accuracy", 0.2)
+    control_sweep(sweep.pk)
+    trial = sweep.trials.get(number=1)
+    assert trial.state == TrialState.PRUNED
+    assert trial.reason.startswith("pruned at step 1: objective val_accuracy 0.2 worse than the median 0.6")
+    bad.refresh_from_db()
+    assert bad.cancel_requested_at is not None, "the running job is asked to stop"
+    assert bad.state_reason.startswith("pruned at step 1: objective val_accuracy 0.2")
+
+
+def test_budget_by_wall_time_cancels_what_runs(make_sweep):
+    sweep = make_sweep(budget={"wall_minutes": 1})
+    control_sweep(sweep.pk)
+    jobs = trial_jobs(sweep)
+    type(sweep).objects.filter(pk=sweep.pk).update(created_at=sweep.created_at.replace(year=2000))
+    control_sweep(sweep.pk)
+    sweep.refresh_from_db()
+    assert sweep.state == SweepState.SUCCEEDED and "wall time 1 min" in sweep.state_reason
+    assert all(Job.objects.get(pk=j.pk).state == JobState.CANCELLED for j in jobs)
+    assert set(sweep.trials.values_list("state", flat=True)) == {TrialState.FAILED}
+
+
+def test_stop_cancels_running_trials(make_sweep, owner):
+    from sweeps.services import stop_sweep
+
+    sweep = make_sweep()
+    control_sweep(sweep.pk)
+    stop_sweep(owner, sweep)
+    assert sweep.state == SweepState.STOPPED and sweep.state_reason == "stopped by olivia"
+    assert {j.state for j in Job.objects.all()} == {JobState.CANCELLED}
+    with pytest.raises(Exception, match="already ended"):
+        stop_sweep(owner, sweep)
