@@ -54,11 +54,11 @@ def deliver(subscription_id: int, job_id: int | None) -> int:
     return services.deliver_queue(subscription_id, job_id)
 
 
-def retry_due() -> int:
+def retry_due(now=None) -> int:
     """Every minute: send what waited out its backoff."""
     sent = 0
-    for subscription_id, job_id in services.due_queues():
-        sent += services.deliver_queue(subscription_id, job_id)
+    for subscription_id, job_id in services.due_queues(now):
+        sent += services.deliver_queue(subscription_id, job_id, now)
     return sent
 
 
