@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from . import mlflow_relay, sandbox
+from .checkpoints import CheckpointAgent
 from .client import Client, FatalError, GiveUp, HttpError, log_stderr
 from .gpu import start_sampler
 from .metrics_file import tail_metrics
@@ -105,6 +106,7 @@ class Runner:
         self.preempt_file = os.path.join(self.state_dir, "preempt")
         self.metrics_file = os.path.join(self.state_dir, f"metrics-w{cfg.worker}.jsonl")
         self.relay: mlflow_relay.Relay | None = None
+        self.checkpoints = CheckpointAgent(self.client, self.workdir, cfg.worker, self.log, cfg.sandbox)
 
     # -- diagnostics -------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -200,8 +202,10 @@ class Runner:
         except Ended as ended:
             return ended.outcome, ended.reason, ended.code
         watchers = self._watch(proc, command)
+        self.checkpoints.start()
         rc, killed, grace = self._supervise(proc)
         self._drain(watchers)
+        self.checkpoints.finish()  # what the command saved last, before the exit report
         outcome, reason, code = self._outcome(rc, killed, grace)
         return self._ship_outputs(outputs_dir, outcome, reason, code)
 
@@ -236,6 +240,7 @@ class Runner:
                 self._interrupted,
                 time.monotonic() + self.cfg.final_flush_seconds,
             )
+            self.checkpoints.stage(self._interrupted, self.client.deadline)  # a resume
         except StagingError as exc:
             if self.client.fatal is None:
                 self.log(f"input staging failed: {exc}")
@@ -270,6 +275,7 @@ class Runner:
             }
         )
         env.update(self._mlflow_env())
+        env.update(self.checkpoints.env())
         return env
 
     def _start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -352,6 +358,8 @@ class Runner:
             if self._stop_outcome is not None and term_at is None:
                 with contextlib.suppress(OSError):
                     open(self.preempt_file, "w").close()
+                stopping = self._stop_outcome == "cancelled" and self.client.fatal is None
+                self.checkpoints.save_window(proc, stopping)  # a preemption: time to save
                 self.log(
                     f"{self._stop_reason}; sending SIGTERM to the process group (grace {_fmt_seconds(grace)} s)"
                 )

@@ -1,0 +1,294 @@
+"""Checkpoints: saved by training code, uploaded by the executor, staged back on resume.
+
+Training code (standard library only, safe to import in the job):
+
+* ``checkpoint(path, step=..., metrics=...)`` copies a file or folder into
+  ``$GANTRY_CHECKPOINT_DIR/<name>/`` (``<workdir>/checkpoints/``), writes the
+  ``.complete`` marker last and renames the folder into place; ``resume_from()`` is
+  ``$GANTRY_RESUME_FROM`` (or None).
+* Code that only writes files may write ``checkpoints/<name>/`` itself. **A folder counts
+  once its ``.complete`` marker exists** (never on a guess that it stopped changing: a
+  slow writer would be uploaded half-written). The marker may hold JSON
+  ``{"step": 100, "metrics": {"loss": 0.1}}``; it is not uploaded.
+
+The executor (`CheckpointAgent`, worker 0 only) watches that folder and uploads each
+marked folder atomically: announce the files (path, size, sha256), PUT the ones the
+server lacks, commit; Gantry lists the checkpoint only after the commit found every file.
+Before the command starts, every worker stages the job's latest *complete* checkpoint
+into ``checkpoints/<name>/`` (downloaded into a hidden folder, checked, then renamed) and
+sets ``GANTRY_RESUME_FROM`` to it. On a preemption the command gets the save window:
+the preempt file appears, then SIGTERM only after ``save_seconds`` (or as soon as the
+command exits or a new checkpoint has been saved).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+CHECKPOINT_DIR_ENV = "GANTRY_CHECKPOINT_DIR"
+RESUME_ENV = "GANTRY_RESUME_FROM"
+MARKER = ".complete"
+FOLDER = "checkpoints"
+SCAN_SECONDS = 1.0
+
+
+def _valid_name(name: str) -> bool:
+    ok = name[:1].isalnum() and len(name) <= 200
+    return ok and all(c.isalnum() or c in "._-" for c in name)
+
+
+# --- training code's side ---------------------------------------------------------------
+
+
+def checkpoint(
+    path: str,
+    step: int | None = None,
+    metrics: dict[str, float] | None = None,
+    name: str | None = None,
+) -> str | None:
+    """Save ``path`` (a file or a folder) as a checkpoint named ``name`` (default
+    ``step-<step>``). Returns the checkpoint's folder, or None outside Gantry (where it
+    only says so on stderr, so scripts run anywhere)."""
+    root = os.environ.get(CHECKPOINT_DIR_ENV)
+    if not root:
+        import sys
+
+        print(f"[checkpoint] {path} step={step} (not in a Gantry job: not uploaded)", file=sys.stderr)
+        return None
+    if name is None:
+        name = f"step-{step:09d}" if step is not None else f"t-{int(time.time() * 1000)}"
+    if not _valid_name(name):
+        raise ValueError(f"checkpoint name {name!r}: letters, digits, '.', '_', '-' only")
+    os.makedirs(root, exist_ok=True)
+    tmp = os.path.join(root, f".tmp-{name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.isdir(path):
+        shutil.copytree(path, tmp, symlinks=False)
+    else:
+        os.makedirs(tmp)
+        shutil.copy2(path, os.path.join(tmp, os.path.basename(path)))
+    meta = {"step": step, "metrics": {k: float(v) for k, v in (metrics or {}).items()}}
+    with open(os.path.join(tmp, MARKER), "w") as fh:
+        json.dump(meta, fh)
+    final = os.path.join(root, name)
+    if os.path.exists(final):
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    return final
+
+
+def resume_from() -> str | None:
+    """The staged checkpoint folder this attempt resumes from, or None."""
+    return os.environ.get(RESUME_ENV) or None
+
+
+# --- the executor's side ----------------------------------------------------------------
+
+
+def _sha256(path: str) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1024 * 1024):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _files(folder: str) -> list[tuple[str, str]]:
+    """(relative path, full path) of the regular files of a checkpoint, marker excluded."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames.sort()
+        for f in sorted(filenames):
+            full = os.path.join(dirpath, f)
+            rel = os.path.relpath(full, folder).replace(os.sep, "/")
+            if rel != MARKER and not os.path.islink(full) and os.path.isfile(full):
+                found.append((rel, full))
+    return found
+
+
+def _meta(folder: str) -> dict[str, Any]:
+    try:
+        with open(os.path.join(folder, MARKER)) as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+class CheckpointAgent:
+    """One worker's checkpoint duties: stage for a resume, watch and upload (worker 0),
+    and hold a preempted command's SIGTERM for the save window."""
+
+    def __init__(self, client: Any, workdir: str, worker: int, log: Callable[[str], None],
+                 sandboxed: object) -> None:
+        self.client, self.workdir, self.worker, self.log = client, workdir, worker, log
+        self.sandboxed = sandboxed is not None
+        self.root = os.path.join(workdir, FOLDER)
+        self.done: set[str] = set()
+        self.saved = 0  # checkpoints this executor committed
+        self.staged: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- resume ---------------------------------------------------------------------
+    def stage(self, cancelled: Callable[[], bool], deadline: float | None) -> None:
+        """Stage the job's latest complete checkpoint (raises StagingError on failure)."""
+        from .client import GiveUp, HttpError
+        from .staging import StagingCancelled, StagingError, _download
+
+        os.makedirs(self.root, exist_ok=True)
+        try:
+            answer = self.client.json("GET", "checkpoints/latest", interrupted=cancelled,
+                                      deadline=deadline)
+        except (HttpError, GiveUp) as exc:
+            if cancelled():
+                raise StagingCancelled() from exc
+            raise StagingError(f"cannot look up the checkpoint to resume from: {exc}") from exc
+        found = answer.get("checkpoint") if isinstance(answer, dict) else None
+        if not found:
+            return
+        name, files = str(found["name"]), found["files"]
+        if not _valid_name(name):
+            raise StagingError(f"refused checkpoint name {name!r}")
+        dest = os.path.join(self.root, name)
+        if not self._intact(dest, files):
+            tmp = os.path.join(self.root, f".staging-{name}")
+            shutil.rmtree(tmp, ignore_errors=True)
+            for f in files:
+                target = os.path.normpath(os.path.join(tmp, f["path"]))
+                if os.path.commonpath([tmp, target]) != tmp:
+                    raise StagingError(f"refused checkpoint path {f['path']!r}")
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                url = self.client.url(
+                    f"checkpoints/{found['id']}/files/{urllib.parse.quote(f['path'])}"
+                )
+                _download(self.client, url, target, f"checkpoint {name}/{f['path']}",
+                          f["size"], f["sha256"], cancelled, deadline)
+            with open(os.path.join(tmp, MARKER), "w") as fh:
+                json.dump({"step": found.get("step"), "metrics": {}}, fh)
+            shutil.rmtree(dest, ignore_errors=True)
+            os.rename(tmp, dest)
+        self.staged = dest
+        self.done.add(name)
+        self.log(f"resuming from checkpoint {name} (step {found.get('step')}): {RESUME_ENV}={self._inside(dest)}")
+
+    def _intact(self, dest: str, files: list[dict]) -> bool:
+        """A folder left in a reused working directory that already holds every file."""
+        if not os.path.isfile(os.path.join(dest, MARKER)):
+            return False
+        for f in files:
+            full = os.path.join(dest, f["path"])
+            if not os.path.isfile(full) or _sha256(full) != (f["size"], f["sha256"]):
+                return False
+        return True
+
+    def _inside(self, path: str) -> str:
+        if not self.sandboxed:
+            return path
+        from .sandbox import inside
+
+        return inside(path, self.workdir)
+
+    def env(self) -> dict[str, str]:
+        env = {CHECKPOINT_DIR_ENV: self._inside(self.root)}
+        if self.staged:
+            env[RESUME_ENV] = self._inside(self.staged)
+        return env
+
+    # -- watch and upload -------------------------------------------------------------
+    def start(self) -> None:
+        if self.worker != 0:
+            return
+        self._thread = threading.Thread(target=self._watch, name="checkpoints", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(SCAN_SECONDS):
+            self.scan()
+
+    def finish(self) -> None:
+        """The command ended: upload what it saved last (bounded by the client's deadline)."""
+        if self.worker != 0:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.scan()
+
+    def scan(self) -> None:
+        with self._lock:
+            try:
+                names = sorted(os.listdir(self.root))
+            except OSError:
+                return
+            for name in names:
+                folder = os.path.join(self.root, name)
+                if name.startswith(".") or name in self.done or not os.path.isfile(
+                    os.path.join(folder, MARKER)
+                ):
+                    continue
+                self._upload(name, folder)
+
+    def _upload(self, name: str, folder: str) -> None:
+        from .client import GiveUp, HttpError
+
+        if not _valid_name(name):
+            self.log(f"checkpoint folder {name!r} ignored: letters, digits, '.', '_', '-' only")
+            self.done.add(name)
+            return
+        meta = _meta(folder)
+        step = meta.get("step") if isinstance(meta.get("step"), int) else None
+        try:
+            files = [(rel, full, *_sha256(full)) for rel, full in _files(folder)]
+            body = {
+                "worker": self.worker, "name": name, "step": step,
+                "metrics": meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {},
+                "files": [{"path": r, "size": s, "sha256": h} for r, _, s, h in files],
+            }
+            answer = self.client.json("POST", "checkpoints", body)
+            if answer.get("state") != "complete":
+                by_path = {r: (full, s, h) for r, full, s, h in files}
+                for rel in answer.get("missing", []):
+                    full, size, sha = by_path[rel]
+                    path = f"checkpoints/{answer['id']}/files/{urllib.parse.quote(rel)}"
+                    self.client.put_file(path, full, size, {"X-Gantry-Sha256": sha})
+                self.client.json("POST", f"checkpoints/{answer['id']}/commit", {"worker": self.worker})
+                self.saved += 1
+                size = sum(s for _, _, s, _ in files)
+                self.log(f"checkpoint {name} (step {step}) saved: {len(files)} file(s), {size} bytes")
+        except HttpError as exc:  # refused (quota, bad name): said once, not retried
+            self.log(f"checkpoint {name} not saved: {exc}")
+        except (GiveUp, OSError) as exc:  # next scan tries again
+            self.log(f"checkpoint {name} not uploaded yet: {exc}")
+            return
+        self.done.add(name)
+
+    # -- preemption -----------------------------------------------------------------
+    def save_window(self, proc: Any, stopping_for_cancel: bool) -> None:
+        """On a preemption, give the command its save window before SIGTERM: the preempt
+        file exists already; wait until it exits, saves a new checkpoint, or time is up."""
+        if not stopping_for_cancel:
+            return
+        try:
+            answer = self.client.json("GET", "checkpoints/save-window", retry=False)
+        except Exception:  # no answer: stop as before, without a window
+            return
+        seconds = float(answer.get("save_seconds") or 0) if answer.get("preempt") else 0.0
+        if seconds <= 0:
+            return
+        self.log(f"preempted: the command has {seconds:g} s to save a checkpoint before SIGTERM")
+        saved, end = self.saved, time.monotonic() + seconds
+        while time.monotonic() < end and proc.poll() is None and self.saved == saved:
+            time.sleep(0.1)
+        if self.saved > saved:
+            self.log("checkpoint saved inside the save window")
