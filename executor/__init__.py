@@ -18,7 +18,10 @@ import sys
 import threading
 import time
 
-__all__ = ["log_metric", "preemption_requested", "__version__"]
+# Standard library only, like this module (executor/checkpoints.py imports the rest lazily).
+from .checkpoints import checkpoint, resume_from
+
+__all__ = ["checkpoint", "log_metric", "preemption_requested", "resume_from", "__version__"]
 __version__ = "0.1.0"
 
 METRICS_FILE_ENV = "GANTRY_METRICS_FILE"
