@@ -2,20 +2,36 @@
 
 Other modules register their commands here with one line each, e.g.
 `app.command("shell")(shell.shell)`.
+
+Exit codes (cli/README.md): 0 ok; 1 the job failed (`run --follow` and `logs -f` exit with
+the job's own exit code when it has one); 2 usage (bad options, a bad gantry.yml, a tree
+over the snapshot limits); 3 not signed in or the token refused; 4 not found; 5 not allowed;
+6 refused by the server (invalid input); 7 the server unreachable or failing; 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from gantry_cli import sdk
+from gantry_cli import datasets_cmd, models_cmd, sdk, snapshot, spec
 from gantry_cli.sdk import Gantry, GantryError
+from gantry_cli.ui import (
+    Bar,
+    JsonFlag,
+    connect,
+    err,
+    errors_as_exit_codes,
+    fail,
+    out,
+    print_json,
+    table,
+    when,
+)
 
 app = typer.Typer(
     name="gantry",
@@ -23,30 +39,10 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-out = Console()
-err = Console(stderr=True)
+app.add_typer(datasets_cmd.app, name="datasets")
+app.add_typer(models_cmd.app, name="models")
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def connect() -> Gantry:
-    """The configured server, or exit 3 saying how to sign in."""
-    try:
-        return Gantry.from_config()
-    except GantryError as exc:
-        fail(exc)
-
-
-def fail(exc: GantryError | str, code: int | None = None) -> typer.Exit:
-    message = str(exc)
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True, soft_wrap=True)
-    exit_code = code if code is not None else getattr(exc, "exit_code", sdk.EXIT_REJECTED)
-    raise typer.Exit(exit_code)
-
-
-def print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
-    sys.stdout.flush()
+TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "lost", "preempted"}
 
 
 @app.command()
@@ -83,15 +79,274 @@ def login(
 def whoami(as_json: JsonFlag = False) -> None:
     """Who the configured token belongs to, on which server."""
     g = connect()
-    try:
+    with errors_as_exit_codes():
         me = g.me()
-    except GantryError as exc:
-        fail(exc)
     if as_json:
         print_json({**me, "url": g.url})
     else:
         out.print(f"{me['username']} on {g.url}")
 
 
+# --- run ---------------------------------------------------------------------------------
+
+
+def _key_values(items: list[str] | None, what: str) -> dict:
+    found = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"{what} {item!r}: write NAME=VALUE", sdk.EXIT_USAGE)
+        found[key] = value
+    return found
+
+
+def _job_spec(directory: Path, file: Path | None, overrides: dict) -> dict:
+    """gantry.yml (given, or found in the directory) with the command line's options over it."""
+    path = file or (directory / "gantry.yml")
+    loaded = spec.load(path) if file or path.exists() else {}
+    merged = {**loaded, **{k: v for k, v in overrides.items() if v not in (None, {}, [], "")}}
+    if overrides.get("parameters") and loaded.get("parameters"):
+        merged["parameters"] = {**loaded["parameters"], **overrides["parameters"]}
+    if not merged.get("project"):
+        fail("which project? Give --project (or `project:` in gantry.yml)", sdk.EXIT_USAGE)
+    if not merged.get("command"):
+        fail("no command: `gantry run -- python train.py` (or `command:` in gantry.yml)",
+             sdk.EXIT_USAGE)  # fmt: skip
+    return merged
+
+
+def _image_id(g: Gantry, image: str) -> int:
+    if image.isdigit():
+        return int(image)
+    images = g.client.pages("images/")
+    for key in ("name", "reference"):
+        found = [i for i in images if i.get(key) == image]
+        if len(found) == 1:
+            return int(found[0]["id"])
+    names = ", ".join(sorted({i["name"] for i in images})[:10])
+    fail(f"no image {image!r} (images you can use: {names})", sdk.EXIT_NOT_FOUND)
+
+
+def _snapshot(g: Gantry, project: int, directory: Path, ignore: list[str], quiet: bool):
+    tree = snapshot.collect(directory, ignore)
+    snapshot.check_limits(
+        tree,
+        int(os.environ.get("GANTRY_SNAPSHOT_MAX_FILES", 20000)),
+        float(os.environ.get("GANTRY_SNAPSHOT_MAX_MB", 200)),
+    )
+    snapshot.hash_files(tree)
+    git = snapshot.git_state(directory)
+    with Bar("uploading code", enabled=not quiet) as bar:
+        uploaded = snapshot.upload(g, project, tree, git, progress=bar)
+    return uploaded
+
+
+def job_exit_code(end: dict) -> int:
+    if end["state"] == "succeeded":
+        return 0
+    code = end.get("exit_code")
+    return code if isinstance(code, int) and 0 < code < 256 else sdk.EXIT_JOB_FAILED
+
+
+def stream(g: Gantry, job_id: int, to_stderr: bool = False, worker: int | None = None) -> int:
+    """Prints the job's log until it ends; returns the exit code the command should end with."""
+    target = sys.stderr if to_stderr else sys.stdout
+    many = False
+    for item in g.logs.follow(job_id):
+        if item.get("type") == "end":
+            state, reason = item["state"], item.get("reason") or ""
+            err.print(f"job {job_id} {state}" + (f": {reason}" if reason else ""))
+            return job_exit_code(item)
+        if worker is not None and item["worker"] != worker:
+            continue
+        many = many or item["worker"] != 0
+        prefix = f"[{item['worker']}] " if many else ""
+        target.write(prefix + item["text"] + "\n")
+        target.flush()
+    return sdk.EXIT_UNREACHABLE
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    command: Annotated[list[str] | None, typer.Argument(help="The command, after --")] = None,
+    file: Annotated[Path | None, typer.Option("-f", "--file", help="A gantry.yml")] = None,
+    project: Annotated[str | None, typer.Option("--project", "-p", help="id or slug")] = None,
+    name: Annotated[str | None, typer.Option(help="The job's name")] = None,
+    image: Annotated[str | None, typer.Option(help="An image id, name or reference")] = None,
+    gpus: Annotated[int | None, typer.Option(min=0)] = None,
+    cpus: Annotated[int | None, typer.Option(min=1)] = None,
+    memory_mb: Annotated[int | None, typer.Option(min=16)] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="distributed: N workers")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-P", help="NAME=VALUE")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE")] = None,
+    directory: Annotated[Path, typer.Option("--dir", help="The code to send")] = Path("."),
+    follow: Annotated[
+        bool, typer.Option("--follow", "-F", help="Stream the log; exit with the job's code")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Send this directory's code (git's ignore rules) and run a command on it."""
+    if not directory.is_dir():
+        fail(f"{directory}: not a directory", sdk.EXIT_USAGE)
+    overrides = {
+        "project": project, "name": name, "image": image, "gpus": gpus, "cpus": cpus,
+        "memory_mb": memory_mb, "workers": workers, "command": _command(command),
+        "parameters": _key_values(param, "--param"), "env": _key_values(env, "--env"),
+    }  # fmt: skip
+    if workers and workers > 1:
+        overrides["kind"] = "distributed"
+    g = connect()
+    with errors_as_exit_codes():
+        job_spec = _job_spec(directory, file, overrides)
+        project_id = g.project_id(job_spec.pop("project"))
+        if job_spec.get("image"):
+            job_spec["image"] = _image_id(g, job_spec["image"])
+        ignore = job_spec.pop("ignore", [])
+        uploaded = _snapshot(g, project_id, directory, ignore, quiet=as_json)
+        job = g.jobs.submit(project_id, code_snapshot=uploaded.snapshot["id"], **job_spec)
+        if as_json:
+            print_json({"snapshot": uploaded.summary(), "job": job})
+        else:
+            sent = uploaded.blobs_sent
+            err.print(
+                f"code: snapshot {uploaded.snapshot['id']}, {uploaded.files} files, "
+                f"{sent} new ({snapshot.human_size(uploaded.bytes_sent)} sent)"
+            )
+            out.print(f"job {job['id']} {job['state']}: {g.url}{job.get('url', '')}")
+        if follow:
+            raise typer.Exit(stream(g, job["id"], to_stderr=as_json))
+
+
+def _command(words: list[str] | None) -> str | None:
+    import shlex
+
+    return shlex.join(words) if words else None
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+
+@app.command()
+def ps(
+    project: Annotated[str | None, typer.Option("--project", "-p")] = None,
+    state: Annotated[str | None, typer.Option(help="e.g. running, queued")] = None,
+    limit: Annotated[int, typer.Option(min=1)] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """Your latest jobs."""
+    g = connect()
+    with errors_as_exit_codes():
+        project_id = g.project_id(project) if project else None
+        jobs = g.jobs.list(project=project_id, state=state, limit=limit)
+    if as_json:
+        print_json(jobs)
+        return
+    columns = [("ID", "id"), ("NAME", "name"), ("STATE", "state"), ("GPUS", "gpus"),
+               ("PROJECT", "project"), ("BY", "created_by"), ("CREATED", "created_at"),
+               ("QUEUE", "queue_position")]  # fmt: skip
+    table(jobs, columns, "No jobs yet: `gantry run -- python train.py` starts one.")
+
+
+@app.command()
+def logs(
+    job: Annotated[int, typer.Argument(help="Job id")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream until the job ends")
+    ] = False,
+    worker: Annotated[int | None, typer.Option(help="Only this worker rank")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """A job's log (every worker's, or one's); with -f, live until the job ends."""
+    g = connect()
+    with errors_as_exit_codes():
+        if follow:
+            raise typer.Exit(stream(g, job, worker=worker))
+        detail = g.jobs.get(job)
+        ranks = [worker] if worker is not None else [w["rank"] for w in detail["workers"]] or [0]
+        lines = []
+        for rank in ranks:
+            after = 0
+            while True:
+                page = g.logs.page(job, worker=rank, after=after, limit=5000)
+                lines += page["results"]
+                if page["complete"] or not page["results"]:
+                    break
+                after = page["next_after"]
+    if as_json:
+        print_json(lines)
+        return
+    many = len(ranks) > 1
+    for line in lines:
+        sys.stdout.write((f"[{line['worker']}] " if many else "") + line["text"] + "\n")
+
+
+@app.command()
+def cancel(jobs: Annotated[list[int], typer.Argument(help="Job ids")]) -> None:
+    """Cancel jobs (their processes get SIGTERM, then SIGKILL after the grace period)."""
+    g = connect()
+    with errors_as_exit_codes():
+        for job in jobs:
+            answer = g.jobs.cancel(job)
+            out.print(f"job {job}: {answer['state']}")
+
+
+@app.command()
+def why(job: Annotated[int, typer.Argument(help="Job id")], as_json: JsonFlag = False) -> None:
+    """Why a job is where it is: its state, reason, queue position and estimated start."""
+    g = connect()
+    with errors_as_exit_codes():
+        detail = g.jobs.get(job)
+    keys = ["id", "name", "state", "state_reason", "queue_position", "estimated_start_at",
+            "gpus", "priority", "preemptions", "attempt"]  # fmt: skip
+    summary = {k: detail.get(k) for k in keys}
+    summary["events"] = detail.get("events", [])[-5:]
+    if as_json:
+        print_json(summary)
+        return
+    out.print(f"job {job} ({detail['name'] or 'unnamed'}) is [bold]{detail['state']}[/bold]")
+    if detail.get("state_reason"):
+        out.print(f"  reason: {detail['state_reason']}")
+    if detail["state"] == "queued":
+        position = detail.get("queue_position")
+        out.print(f"  queue position: {position if position is not None else 'not ranked yet'}")
+        start = detail.get("estimated_start_at")
+        out.print(f"  estimated start: {when(start) if start else 'unknown'}")
+    for event in summary["events"]:
+        out.print(f"  {when(event['at'])}: {event['from_state'] or '-'} → {event['to_state']}"
+                  + (f" ({event['reason']})" if event.get("reason") else ""))  # fmt: skip
+
+
+@app.command()
+def cp(
+    source: Annotated[str, typer.Argument(help="JOB:outputs/PATH (a file or a folder)")],
+    dest: Annotated[Path, typer.Argument(help="Where to put it")] = Path("."),
+    worker: Annotated[int, typer.Option(help="The worker whose outputs to copy")] = 0,
+) -> None:
+    """Copy a job's output files to this machine."""
+    job_text, sep, path = source.partition(":")
+    if not sep or not job_text.isdigit():
+        fail(f"{source!r}: write JOB:outputs/PATH, e.g. 42:outputs/model.pt", sdk.EXIT_USAGE)
+    path = path.strip("/")
+    path = path[len("outputs") :].lstrip("/") if path.split("/")[0] == "outputs" else path
+    g = connect()
+    with errors_as_exit_codes():
+        artifacts = [a for a in g.jobs.artifacts(int(job_text)) if a["worker"] == worker]
+        exact = [a for a in artifacts if a["path"] == path]
+        inside = [a for a in artifacts if not path or a["path"].startswith(path + "/")]
+        if not exact and not inside:
+            fail(f"job {job_text} has no output {path or '(none at all)'!r}", sdk.EXIT_NOT_FOUND)
+        copied = 0
+        for artifact in exact or inside:
+            if exact:
+                target = dest / Path(path).name if dest.is_dir() else dest
+            else:
+                below = artifact["path"][len(path) :].lstrip("/") if path else artifact["path"]
+                target = dest / (Path(path).name if path else "") / below
+            g.jobs.download_artifact(artifact["id"], target)
+            copied += 1
+            out.print(f"{artifact['path']} → {target}")
+    err.print(f"{copied} file{'s' if copied != 1 else ''} copied")
+
+
 def main() -> None:  # pragma: no cover - `python -m gantry_cli`
-    app(prog_name=os.path.basename(sys.argv[0]) or "gantry")
+    app(prog_name="gantry")
