@@ -139,7 +139,8 @@ def preempt_job(job: Job, reason: str) -> None:
                 cancel_requested_at__isnull=True,
             ).update(preempt_requested_at=timezone.now(), state_reason=f"{reason}{STOPPING}")
             if first:
-                _note(job, f"{reason}: asking it to stop (SIGTERM, {grace} s grace)")
+                save = settings.GANTRY_PREEMPT_SAVE_SECONDS
+                _note(job, f"{reason}: asking it to checkpoint ({save} s), then SIGTERM ({grace} s grace)")
                 transaction.on_commit(partial(get_backend(job.backend).cancel, job))
             return
         else:
@@ -239,7 +240,9 @@ def reconcile_job(job: Job, now: datetime | None = None, *, adopting: bool = Fal
     grace = settings.GANTRY_JOB_GRACE_SECONDS
     if job.preempt_requested_at and not job.cancel_requested_at:
         alive = any(p.alive for p in probes.values())
-        if not alive or (now - job.preempt_requested_at).total_seconds() > grace + 30:
+        # The command's checkpoint save window (executor/checkpoints.py) comes first.
+        wait = grace + settings.GANTRY_PREEMPT_SAVE_SECONDS + 30
+        if not alive or (now - job.preempt_requested_at).total_seconds() > wait:
             backend.kill(job)
             requeue_preempted(job, "processes killed: they did not stop in time" if alive else "")
             return "preempted"
