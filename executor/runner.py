@@ -18,6 +18,7 @@ from typing import IO, Any
 from . import mlflow_relay, sandbox
 from .checkpoints import CheckpointAgent
 from .client import Client, FatalError, GiveUp, HttpError, log_stderr
+from .code import stage_code
 from .gpu import start_sampler
 from .metrics_file import tail_metrics
 from .outputs import upload_outputs
@@ -232,6 +233,8 @@ class Runner:
     def _stage_inputs(self) -> None:
         """Download the inputs; Ended when staging fails or a stop came before the start."""
         try:
+            deadline = time.monotonic() + self.cfg.final_flush_seconds
+            stage_code(self.client, self.workdir, self.spec.get("code"), self.log, self._interrupted, deadline)
             stage_inputs(
                 self.client,
                 self.workdir,

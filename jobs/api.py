@@ -72,6 +72,7 @@ class JobSerializer(serializers.ModelSerializer):
             "memory_mb",
             "workers",
             "inputs",
+            "code_snapshot",
             "outputs_dir",
             "timeout_seconds",
             "max_retries",
@@ -248,6 +249,12 @@ class JobSubmitSerializer(serializers.Serializer):
     memory_mb = serializers.IntegerField(required=False, min_value=16)
     workers = serializers.IntegerField(required=False, min_value=1)
     inputs = serializers.JSONField(required=False)
+    code_snapshot = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="A ready code snapshot of the job's project (POST /api/v1/snapshots/): "
+        "its files are staged into the job's working directory.",
+    )
     outputs_dir = serializers.CharField(required=False, allow_blank=True, max_length=200)
     timeout_seconds = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     max_retries = serializers.IntegerField(required=False, min_value=0)

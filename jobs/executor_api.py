@@ -1,6 +1,6 @@
 """The agent API: every endpoint the executor talks to (protocol: executor/README.md):
-spec, logs, metrics, heartbeats, status, outputs, and the input files it stages
-(dataset files, model files).
+spec, logs, metrics, heartbeats, status, outputs, the job's code (a snapshot's manifest
+and contents) and the input files it stages (dataset files, model files).
 
 Plain Django views, not DRF: they take no session and no personal API token,
 only a job token (`Authorization: Bearer gjt_…`), checked in one place
@@ -21,14 +21,15 @@ from functools import wraps
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.core.files.storage import default_storage
 from django.http import FileResponse, Http404, JsonResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from core.parsers import Unreadable, loads
 from datasets import downloads
-from datasets.models import DatasetFile
+from datasets.models import DatasetFile, blob_key
 from datasets.services.inputs import executor_may_read
 from jobs.models import Job
 from jobs.services.ingestion import (
@@ -39,6 +40,7 @@ from jobs.services.ingestion import (
 )
 from jobs.services.launch import executor_job, job_spec_for_executor, parse_token
 from jobs.services.outputs import store_artifact
+from snapshots import services as snapshots
 
 
 def _not_found() -> JsonResponse:
@@ -194,6 +196,25 @@ def artifact(request, job, rank, path: str):
 
 
 @executor_view("GET")
+def code(request, job, rank):
+    """The manifest of the job's code snapshot: path, size, sha256, mode and a URL per file."""
+    if job.code_snapshot_id is None:
+        return _not_found()
+    files = snapshots.files_for_executor(
+        job.code_snapshot, lambda sha: reverse("executor-code-file", args=[job.pk, sha])
+    )
+    return JsonResponse({"snapshot": job.code_snapshot_id, "files": files})
+
+
+@executor_view("GET")
+def code_file(request, job, rank, sha256: str):
+    """One content of the job's code snapshot (filesystem storage; S3 answers presigned)."""
+    if not snapshots.executor_may_read_blob(job.code_snapshot_id, sha256):
+        return _not_found()
+    return FileResponse(default_storage.open(blob_key(sha256), "rb"), as_attachment=True)
+
+
+@executor_view("GET")
 def dataset_file(request, job, rank, pk: int):
     """A job input file (filesystem storage; with S3 the spec carries presigned GETs): only
     of a version the job names in its inputs."""
@@ -232,5 +253,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/status", status, name="executor-status"),
     path("jobs/<int:job_id>/artifacts/<path:path>", artifact, name="executor-artifact"),
     path("jobs/<int:job_id>/dataset-files/<int:pk>", dataset_file, name="executor-dataset-file"),
+    path("jobs/<int:job_id>/code", code, name="executor-code"),
+    path("jobs/<int:job_id>/code-files/<str:sha256>", code_file, name="executor-code-file"),
     path("model-files/<int:pk>", model_file, name="executor-model-file"),
 ]

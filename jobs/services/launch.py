@@ -167,4 +167,6 @@ def job_spec_for_executor(job: Job, rank: int) -> dict[str, Any]:
         "inputs": inputs_for_executor(
             job, lambda pk: reverse("executor-dataset-file", args=[job.pk, pk])
         ),
+        # The manifest of the job's code (executor/code.py stages it before the inputs).
+        "code": reverse("executor-code", args=[job.pk]) if job.code_snapshot_id else None,
     }

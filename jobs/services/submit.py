@@ -56,6 +56,10 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **
     from datasets.services.inputs import clean_job_inputs
 
     clean["inputs"] = clean_job_inputs(actor, project, clean["inputs"])
+    # The code: a ready snapshot of this project the actor may see (or none).
+    from snapshots.services import snapshot_for_job
+
+    clean["code_snapshot"] = snapshot_for_job(actor, project, clean["code_snapshot"])
     never = first_answer(submit_check, project=project, spec=clean, backend=backend)
     if never:
         raise ValidationError({never[0]: never[1]})

@@ -25,6 +25,7 @@ SPEC_FIELDS = (
     "memory_mb",
     "workers",
     "inputs",
+    "code_snapshot",
     "outputs_dir",
     "timeout_seconds",
     "max_retries",
@@ -112,6 +113,8 @@ def validate_spec(spec: dict[str, Any], backend=None) -> dict[str, Any]:
     for field, problem in capacity_problems(clean, backend, skip=errors).items():
         errors.setdefault(field, problem)
     take("inputs", *clean_inputs(spec.get("inputs")))
+    # Its shape and access are snapshots' (jobs.services.submit asks them).
+    take("code_snapshot", spec.get("code_snapshot"), None)
     take("outputs_dir", *clean_outputs_dir(spec.get("outputs_dir")))
 
     if errors:

@@ -1,0 +1,91 @@
+"""Jobs that name a code snapshot: submit checks, clone, the API and the agent API."""
+
+import hashlib
+
+import pytest
+
+from jobs.models import Job
+from jobs.services.launch import make_token
+from jobs.services.submit import clone_job, submit_job
+from jobs.states import transition
+from projects import services as project_services
+from snapshots.services import create_snapshot
+from tests.snapshots.builders import make_snapshot, manifest
+
+pytestmark = pytest.mark.django_db
+
+CODE = {"hello.py": b"print('hello from the snapshot')\n"}
+
+
+def test_a_job_keeps_its_snapshot_through_the_api_and_a_clone(api_for, owner, project):
+    snapshot = make_snapshot(owner, project, CODE)
+    api = api_for(owner)
+    response = api.post(
+        "/api/v1/jobs/",
+        {"project": project.pk, "command": "python hello.py", "code_snapshot": snapshot.pk},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["code_snapshot"] == snapshot.pk
+    job = Job.objects.get(pk=response.json()["id"])
+    assert api.get(f"/api/v1/jobs/{job.pk}/").json()["code_snapshot"] == snapshot.pk
+    assert clone_job(owner, job).code_snapshot_id == snapshot.pk
+
+
+def test_a_snapshot_of_another_project_is_refused(api_for, owner, project, tenant):
+    other = project_services.create_project(actor=owner, tenant=tenant, name="Audio", slug="audio")
+    snapshot = make_snapshot(owner, other, CODE)
+    response = api_for(owner).post(
+        "/api/v1/jobs/",
+        {"project": project.pk, "command": "python hello.py", "code_snapshot": snapshot.pk},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert "belongs to project Audio" in str(response.json()["code_snapshot"])
+    assert not Job.objects.exists()
+
+
+def test_a_pending_or_unknown_or_foreign_snapshot_is_refused(
+    api_for, owner, outsider, project, other_project
+):
+    pending, _ = create_snapshot(owner, project, manifest({"new.py": b"pending only\n"}))
+    theirs = make_snapshot(outsider, other_project, CODE)
+    for value, message in ((pending.pk, "still uploading"), (theirs.pk, "No such"),
+                           (999999, "No such"), ("x", "valid integer")):
+        response = api_for(owner).post(
+            "/api/v1/jobs/",
+            {"project": project.pk, "command": "python hello.py", "code_snapshot": value},
+            format="json",
+        )
+        assert response.status_code == 400, (value, response.content)
+        assert message in str(response.json()), (value, response.json())
+    assert not Job.objects.exists()
+
+
+def _launched(owner, project, secret, **spec):
+    """A job as launch leaves it: starting, with a token (no processes needed here)."""
+    job = submit_job(owner, project, command="python hello.py", **spec)
+    transition(job, "admitted", "test")
+    transition(job, "starting", "test", token_hash=Job.hash_token(secret))
+    return job
+
+
+def test_the_job_token_reads_its_code_and_nothing_else(client, owner, project):
+    snapshot = make_snapshot(owner, project, CODE)
+    other = make_snapshot(owner, project, {"other.py": b"not this job's\n"})
+    job = _launched(owner, project, "s3cret", code_snapshot=snapshot)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {make_token(0, 's3cret')}"}
+    spec = client.get(f"/api/v1/executor/jobs/{job.pk}/spec", **auth).json()
+    assert spec["code"] == f"/api/v1/executor/jobs/{job.pk}/code"
+    manifest_body = client.get(spec["code"], **auth).json()
+    (entry,) = manifest_body["files"]
+    assert entry["path"] == "hello.py" and entry["mode"] == 0o644
+    data = b"".join(client.get(entry["url"], **auth).streaming_content)
+    assert data == CODE["hello.py"]
+    foreign = hashlib.sha256(b"not this job's\n").hexdigest()
+    assert other.files.get().sha256 == foreign
+    url = f"/api/v1/executor/jobs/{job.pk}/code-files/{foreign}"
+    assert client.get(url, **auth).status_code == 404
+    plain = _launched(owner, project, "other")
+    plain_auth = {"HTTP_AUTHORIZATION": f"Bearer {make_token(0, 'other')}"}
+    assert client.get(f"/api/v1/executor/jobs/{plain.pk}/code", **plain_auth).status_code == 404
