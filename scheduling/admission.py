@@ -49,6 +49,7 @@ from typing import NamedTuple
 from django.db import connection, transaction
 from django.utils import timezone
 
+from checkpoints.services import work_lost
 from jobs.backends import get_backend
 from jobs.models import Job
 from jobs.states import ACTIVE, TERMINAL, JobState, transition
@@ -66,6 +67,7 @@ POLICY = PolicyConfig(
     reclaim_after_wait_s=0.0,
     reclaim_work_ratio=math.inf,
     reclaim_min_remaining_s=0.0,
+    checkpoint_aware=True,  # victims losing the least since their last checkpoint first
 )
 NEVER = "it can never run as submitted"
 UNBOUNDED = 1 << 20  # GPUs: more than any cluster has
@@ -423,6 +425,7 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         ],
         pending=[job_request(j, j.tenant) for j in queue],
         usage_history=usage_history(tenants, now, POLICY.usage_window_s),
+        work_lost={str(pk): s for pk, s in work_lost(running, now).items()},
     )
     decision = schedule(snapshot, now.timestamp(), POLICY)
 

@@ -93,6 +93,9 @@ class Snapshot:
     running: Sequence[RunningJob] = ()
     pending: Sequence[JobRequest] = ()
     usage_history: Mapping[str, float] = field(default_factory=dict)  # decayed GPU-seconds
+    # GPU-seconds each running job would lose if preempted now (since its last complete
+    # checkpoint); a job not listed loses all it ran (GPUs x time since its start).
+    work_lost: Mapping[str, float] = field(default_factory=dict)
 
 
 class WaitReason(NamedTuple):
@@ -124,6 +127,9 @@ class PolicyConfig:
     fair_share: bool = True
     backfill: bool = True
     preemption: bool = True
+    # Victims in order of the work they would lose (Snapshot.work_lost), least first,
+    # rather than lowest priority first.
+    checkpoint_aware: bool = False
     # usage_history (GPU-seconds) / usage_window_s = average GPUs over the decay window.
     usage_window_s: float = 86_400.0
     # Ranking (see Ranker): seconds of queue position one second of estimated runtime

@@ -129,7 +129,13 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
         if p < own_min_prio.get(t, p + 1):
             own_min_prio[t] = p
     # Victims: lowest priority first, then least work lost (GPUs x time run), so the jobs
-    # that have run longest are the last to lose their progress.
+    # that have run longest are the last to lose their progress. Checkpoint-aware: least
+    # work lost first (GPU-seconds since the last complete checkpoint), then priority.
+    lost_of = snapshot.work_lost
+
+    def lost(v: _Victim) -> float:
+        return lost_of.get(v.rj.request.id, v.g * (now - v.rj.start_time))
+
     # Sorted on the first preemption search only: most passes never search.
     victims_sorted: list[_Victim] = []
     preempted: set[str] = set()
@@ -173,8 +179,9 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
         if not victims_sorted and live:
             victims_sorted.extend(sorted(
                 live.values(),
-                key=lambda v: (v.rj.request.priority, v.g * (now - v.rj.start_time),
-                               v.rj.request.id),
+                key=(lambda v: (lost(v), v.rj.request.priority, v.rj.request.id))
+                if cfg.checkpoint_aware
+                else (lambda v: (v.rj.request.priority, lost(v), v.rj.request.id)),
             ))
         for v in victims_sorted:
             rid = v.rj.request.id
@@ -188,7 +195,7 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
             elif rid in borrowed_ids:
                 ok = vr.priority < r.priority or (
                     within
-                    and v.g * (now - v.rj.start_time) <= max_loss
+                    and lost(v) <= max_loss
                     and v.end - now >= cfg.reclaim_min_remaining_s
                 )
             else:
