@@ -13,6 +13,7 @@ from images.api import ImageBuildViewSet, RuntimeImageViewSet
 from jobs.api import ArtifactViewSet, JobViewSet
 from modelhub.api import ModelVersionViewSet, RegisteredModelViewSet
 from projects.api import ProjectMemberViewSet, ProjectViewSet
+from sweeps.api import SweepViewSet
 
 router = DefaultRouter()
 router.include_root_view = False
@@ -32,3 +33,4 @@ router.register("datasets", DatasetViewSet, basename="dataset")
 router.register("dataset-versions", DatasetVersionViewSet, basename="datasetversion")
 router.register("dataset-files", DatasetFileViewSet, basename="datasetfile")
 router.register("uploads", UploadSessionViewSet, basename="uploadsession")
+router.register("sweeps", SweepViewSet, basename="sweep")

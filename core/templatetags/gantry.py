@@ -14,6 +14,7 @@ NAVIGATION = [
     ("Datasets", "datasets:dataset_list", "bi-database"),
     ("Jobs", "jobs:job_list", "bi-cpu"),
     ("Models", "modelhub:model_list", "bi-box-seam"),
+    ("Sweeps", "sweeps:sweep_list", "bi-sliders"),
     ("Images", "images:image_list", "bi-layers"),
     ("Cluster", "scheduling:overview", "bi-hdd-rack"),
 ]
