@@ -25,6 +25,7 @@ from projects.models import Project, ProjectMember
 from projects.permissions import AUTHENTICATED, MATRIX, MATRIX_VIEW_OF, can
 from tests.datasets.builders import access_objects as dataset_objects
 from tests.modelhub.builders import access_objects
+from tests.sweeps.builders import access_objects as sweep_objects
 
 ROLES = ["owner", "member", "outsider"]
 # Views anyone may reach, signed in or not.
@@ -80,6 +81,7 @@ def _objects(tenant, project, owner, member):
         Artifact: artifact,
         **access_objects(tenant, project, owner),
         **dataset_objects(tenant, project, owner),
+        **sweep_objects(tenant, project, owner),
     }
 
 
