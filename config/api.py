@@ -12,6 +12,7 @@ from datasets.api import (
 from images.api import ImageBuildViewSet, RuntimeImageViewSet
 from jobs.api import ArtifactViewSet, JobViewSet
 from modelhub.api import ModelVersionViewSet, RegisteredModelViewSet
+from notifications.api import SubscriptionViewSet
 from projects.api import ProjectMemberViewSet, ProjectViewSet
 from sweeps.api import SweepViewSet
 
@@ -34,3 +35,4 @@ router.register("dataset-versions", DatasetVersionViewSet, basename="datasetvers
 router.register("dataset-files", DatasetFileViewSet, basename="datasetfile")
 router.register("uploads", UploadSessionViewSet, basename="uploadsession")
 router.register("sweeps", SweepViewSet, basename="sweep")
+router.register("notification-subscriptions", SubscriptionViewSet, basename="subscription")

@@ -48,6 +48,7 @@ urlpatterns = [
     path("", include("scheduling.urls")),
     path("", include("images.urls")),
     path("", include("modelhub.urls")),
+    path("", include("notifications.urls")),
     path("", include("sweeps.urls")),
     path("", include("checkpoints.urls")),
     path("admin/", admin.site.urls),

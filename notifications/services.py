@@ -46,11 +46,11 @@ def _clean_target(channel: str, url: str, email: str) -> tuple[str, str]:
             validate_email(email)
         except ValidationError:
             raise ValidationError({"email": "An email address, e.g. lab@example.org."}) from None
-        return "", email
+        return url or "", email
     parts = urlsplit(url or "")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValidationError({"url": "An http:// or https:// address."})
-    return url, ""
+    return url, email or ""
 
 
 def create_subscription(

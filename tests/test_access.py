@@ -21,6 +21,8 @@ from accounts.models import ApiToken, Invitation, Membership, Tenant
 from jobs.models import Artifact, Job
 from jobs.services.outputs import store_artifact
 from jobs.services.submit import submit_job
+from notifications.models import Subscription
+from notifications.services import create_subscription
 from projects.models import Project, ProjectMember
 from projects.permissions import AUTHENTICATED, MATRIX, MATRIX_VIEW_OF, can
 from tests.datasets.builders import access_objects as dataset_objects
@@ -70,7 +72,13 @@ def _objects(tenant, project, owner, member):
     invitation = invite(actor=owner, tenant=tenant, email="invitee@example.org")
     job = submit_job(owner, project, name="ci", command="python -c pass")
     artifact = _artifact(job)
+    # Nothing listens on port 9: a test message from the page is refused at once.
+    subscription, _ = create_subscription(
+        owner, project=project, name="ci", channel="webhook", url="http://127.0.0.1:9/h",
+        events=["job.failed"],
+    )
     return {
+        Subscription: subscription,
         Tenant: tenant,
         Project: project,
         Membership: Membership.objects.get(tenant=tenant, user=member),

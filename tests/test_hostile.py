@@ -50,6 +50,7 @@ from jobs.models import Job
 from jobs.services.launch import make_token
 from jobs.services.outputs import store_artifact
 from jobs.services.submit import submit_job
+from notifications.services import create_subscription
 from projects import services as project_services
 from projects.models import ProjectMember
 from tests.datasets.builders import upload_files
@@ -145,6 +146,11 @@ def _build_world() -> dict:
             outsider, other_tenant, name="theirs", reference=f"{FAKE_REGISTRY}/lab-b/img:1"
         ),
         "model": objects["RegisteredModel"],
+        # Nothing listens on port 9: its test message is refused at once.
+        "subscription": create_subscription(
+            owner, project=project, name="ci", channel="webhook", url="http://127.0.0.1:9/h",
+            events=["job.failed"],
+        )[0],
         "model_version": objects["ModelVersion"],
     }
 
@@ -465,6 +471,21 @@ BASES = {
     ),
     ("post", "/api/v1/model-versions/{id}/predict/"): Base(
         lambda w: {"command": "python predict.py", "gpus": 0}, "model_version"
+    ),
+    ("post", "/api/v1/notification-subscriptions/"): Base(
+        lambda w: {
+            "project": w["project"].pk,
+            "name": "probe hook",
+            "channel": "webhook",
+            "url": "https://hooks.example.org/probe",
+            "events": ["job.failed"],
+        }
+    ),
+    ("patch", "/api/v1/notification-subscriptions/{id}/"): Base(
+        lambda w: {"name": "ci 2", "events": ["job.failed", "job.lost"]}, "subscription", 200
+    ),
+    ("post", "/api/v1/notification-subscriptions/{id}/test/"): Base(
+        lambda w: {}, "subscription", 200
     ),
 }
 
@@ -1360,6 +1381,21 @@ FORM_PAGES = {
     "modelhub:version_predict": Page(
         "model_version", lambda w: {"command": "python predict.py", "inputs": "[]"}
     ),
+    "notifications:project_subscriptions": Page(
+        "project",
+        lambda w: {
+            "name": "probe",
+            "channel": "webhook",
+            "url": "https://hooks.example.org/probe",
+            "events": ["job.failed"],
+        },
+    ),
+    "notifications:my_subscriptions": Page(
+        None,
+        lambda w: {"name": "probe", "channel": "email", "email": "probe@example.org",
+                   "events": ["job.failed"]},
+    ),
+    "notifications:alert_settings": Page("project", lambda w: {"waiting_minutes": "30"}),
     "scheduling:quota_edit": Page(
         "tenant", lambda w: {"guaranteed_gpus": "0", "borrow_limit_gpus": "0", "weight": "1.0"}
     ),
@@ -1381,6 +1417,8 @@ NOT_FORMS = {
     "datasets:dataset_archive": "test_hostile_archives_are_refused_at_upload_through_the_form",
     "images:image_resolve": "a button",
     "images:image_delete": "a button: nothing inside to confirm",
+    "notifications:subscription_delete": "a button",
+    "notifications:subscription_test": "a button: sends a test message",
     "modelhub:version_add": "test_uploaded_file_names_cannot_place_files_outside_their_folder",
 }
 
