@@ -152,7 +152,23 @@ def _build_world() -> dict:
             events=["job.failed"],
         )[0],
         "model_version": objects["ModelVersion"],
+        "sweep": _sweep(owner, project),
     }
+
+
+SWEEP_DOC = {
+    "name": "probe sweep",
+    "objective": "val_accuracy",
+    "template": {"command": "python -c pass"},
+    "parameters": {"lr": {"type": "loguniform", "low": 0.001, "high": 0.1}},
+    "budget": {"trials": 2},
+}
+
+
+def _sweep(owner, project):
+    from sweeps.services import create_sweep
+
+    return create_sweep(owner, project, json.dumps(SWEEP_DOC))
 
 
 @pytest.fixture(scope="module")
@@ -472,6 +488,8 @@ BASES = {
     ("post", "/api/v1/model-versions/{id}/predict/"): Base(
         lambda w: {"command": "python predict.py", "gpus": 0}, "model_version"
     ),
+    ("post", "/api/v1/sweeps/"): Base(lambda w: {"project": w["project"].pk, "spec": SWEEP_DOC}),
+    ("post", "/api/v1/sweeps/{id}/stop/"): Base(lambda w: {}, "sweep", 200),
     ("post", "/api/v1/notification-subscriptions/"): Base(
         lambda w: {
             "project": w["project"].pk,
@@ -1377,6 +1395,7 @@ FORM_PAGES = {
     "modelhub:model_edit": Page("model", lambda w: {"name": "digits", "tags": "a, b"}),
     "modelhub:model_delete": Page("model", lambda w: {"confirm": "digits"}),
     "modelhub:alias_set": Page("model", lambda w: {"name": "production", "version": "1"}),
+    "sweeps:sweep_add": Page("project", lambda w: {"source": json.dumps(SWEEP_DOC)}),
     "modelhub:register_from_job": Page("finished_job", lambda w: {"model_name": "probe model"}),
     "modelhub:version_predict": Page(
         "model_version", lambda w: {"command": "python predict.py", "inputs": "[]"}
@@ -1413,6 +1432,7 @@ NOT_FORMS = {
     "projects:projectmember_remove": "a button: nothing inside to confirm",
     "jobs:job_cancel": "a button",
     "jobs:job_retry": "a button",
+    "sweeps:sweep_stop": "a button (a confirmation page without fields)",
     "datasets:upload_abort": "a button",
     "datasets:dataset_archive": "test_hostile_archives_are_refused_at_upload_through_the_form",
     "images:image_resolve": "a button",
