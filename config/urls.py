@@ -51,5 +51,6 @@ urlpatterns = [
     path("", include("notifications.urls")),
     path("", include("sweeps.urls")),
     path("", include("checkpoints.urls")),
+    path("", include("telemetry.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -52,6 +52,8 @@ MATRIX: dict[str, Rule] = {
     "project.create": Rule(TENANT, TenantRole.MEMBER),
     "quota.view": Rule(TENANT, TenantRole.MEMBER),
     "quota.change": Rule(TENANT, TenantRole.ADMIN),
+    # GPU usage reports (telemetry/): what each project and person used, for billing.
+    "usage.view": Rule(TENANT, TenantRole.OWNER),
     # Project-scoped actions.
     "project.view": Rule(PROJECT, ProjectRole.VIEWER),
     "project.change": Rule(PROJECT, ProjectRole.MAINTAINER),

@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "sweeps",
     "notifications",
     "checkpoints",
+    "telemetry",
 ]
 
 MIDDLEWARE = [

@@ -61,6 +61,15 @@ GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS = setting("int", "GANTRY_EXECUTOR_FINAL_FLUS
 # A job token keeps working this long after the job ended, so final logs and outputs flush.
 GANTRY_JOB_TOKEN_GRACE_MINUTES = setting("int", "GANTRY_JOB_TOKEN_GRACE_MINUTES", 10)
 GANTRY_NOTEBOOK_IDLE_MINUTES = setting("int", "GANTRY_NOTEBOOK_IDLE_MINUTES", 120)
+# GPU telemetry (telemetry/): a GPU job whose GPUs stay below IDLE_PERCENT utilization for
+# IDLE_MINUTES is warned, then stopped after GRACE_MINUTES (projects may set their own
+# policy; IDLE_KINDS "notebook" or "all" by default).
+GANTRY_GPU_IDLE_PERCENT = setting("int", "GANTRY_GPU_IDLE_PERCENT", 5)
+GANTRY_GPU_IDLE_MINUTES = setting("float", "GANTRY_GPU_IDLE_MINUTES", 60.0)
+GANTRY_GPU_IDLE_GRACE_MINUTES = setting("float", "GANTRY_GPU_IDLE_GRACE_MINUTES", 15.0)
+GANTRY_GPU_IDLE_KINDS = setting("str", "GANTRY_GPU_IDLE_KINDS", "notebook")
+if GANTRY_GPU_IDLE_KINDS not in ("notebook", "all"):
+    fail("GANTRY_GPU_IDLE_KINDS", f"must be notebook or all, not {GANTRY_GPU_IDLE_KINDS!r}")
 # Notifications (notifications/): webhook and email deliveries are retried this many
 # times, waiting RETRY_SECONDS, then twice that, ... between attempts, then marked failing.
 GANTRY_NOTIFY_MAX_ATTEMPTS = setting("int", "GANTRY_NOTIFY_MAX_ATTEMPTS", 6)

@@ -295,8 +295,11 @@ def reconcile_job(job: Job, now: datetime | None = None, *, adopting: bool = Fal
                 f"timed out after {job.timeout_seconds} s (stopped by the server)",
             )
             return "timed_out"
+    # Request traffic keeps only CPU notebooks alive: GPU jobs are judged by their GPUs'
+    # utilization (telemetry.services.check_idle, which falls back to traffic without NVML).
     if (
         job.kind == JobKind.NOTEBOOK
+        and job.gpus == 0
         and job.state == JobState.RUNNING
         and not job.cancel_requested_at
     ):

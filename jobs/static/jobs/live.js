@@ -334,6 +334,7 @@
     for (const p of points) {
       if (p.seq <= (metricSeq[p.worker] || 0)) continue;
       metricSeq[p.worker] = p.seq;
+      if (/^gpu\d+\//.test(p.name)) continue; // GPU telemetry: its own panel (telemetry/)
       let chart = charts.get(p.name);
       if (!chart) {
         chart = { points: new Map(), plot: null, el: null, dirty: true };
