@@ -77,7 +77,11 @@ def _objects(tenant, project, owner, member):
         owner, project=project, name="ci", channel="webhook", url="http://127.0.0.1:9/h",
         events=["job.failed"],
     )
+    from snapshots.models import CodeSnapshot
+    from tests.snapshots.builders import make_snapshot
+
     return {
+        CodeSnapshot: make_snapshot(owner, project, {"train.py": b"print(1)\n"}),
         Subscription: subscription,
         Tenant: tenant,
         Project: project,

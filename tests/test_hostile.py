@@ -153,7 +153,15 @@ def _build_world() -> dict:
         )[0],
         "model_version": objects["ModelVersion"],
         "sweep": _sweep(owner, project),
+        "snapshot": _pending_snapshot(owner, project),
     }
+
+
+def _pending_snapshot(owner, project):
+    from snapshots.services import create_snapshot
+
+    files = [{"path": "train.py", "size": 5, "sha256": hashlib.sha256(b"probe").hexdigest()}]
+    return create_snapshot(owner, project, files)[0]
 
 
 SWEEP_DOC = {
@@ -505,6 +513,17 @@ BASES = {
     ("post", "/api/v1/notification-subscriptions/{id}/test/"): Base(
         lambda w: {}, "subscription", 200
     ),
+    ("post", "/api/v1/snapshots/"): Base(
+        lambda w: {
+            "project": w["project"].pk,
+            "files": [{"path": "probe.py", "size": 3, "sha256": "0" * 64, "mode": 420}],
+            "git": {"commit": "ab" * 20, "dirty": False, "branch": "main"},
+        }
+    ),
+    # The raw bytes of one content: tests/snapshots/test_api.py sends good and bad ones;
+    # here the path's {sha256} is no sha256.
+    ("put", "/api/v1/snapshots/{id}/blobs/{sha256}/"): Base(lambda w: {}, "snapshot", 400),
+    ("post", "/api/v1/snapshots/{id}/finalize/"): Base(lambda w: {}, "snapshot", 400),
 }
 
 
