@@ -207,25 +207,30 @@ def search_runs(
         )
     runs = Run.objects.filter(experiment_id__in=experiments)
     runs = search.apply_view_type(runs, run_view_type)
-    runs = search.apply_filter(runs, search.parse_filter(filter_string))
+    joins: dict = {}  # the filter's joins, which the order reuses
+    runs = search.apply_filter(runs, search.parse_filter(filter_string), joins)
     runs = search.apply_order(
-        runs, order_by if isinstance(order_by, list) else [order_by] if order_by else []
+        runs, order_by if isinstance(order_by, list) else [order_by] if order_by else [], joins
     )
     page = list(runs.values_list("pk", flat=True)[offset : offset + limit + 1])
     return load_runs(page[:limit]), (offset + limit if len(page) > limit else None)
 
 
 def load_runs(pks: list[int]) -> list[Run]:
-    """Runs with their data, in the given order, in five queries whatever their number."""
+    """Runs with their data, in the given order, in six queries whatever their number.
+
+    A run's metrics, params, tags and inputs come as named rows, not model instances:
+    building ~400 instances was most of a 100-run search's time (10 of 15 ms)."""
     runs = {r.pk: r for r in Run.objects.filter(pk__in=pks).select_related("experiment")}
     children = defaultdict(lambda: defaultdict(list))
-    for model, name in (
-        (LatestMetric, "latest"),
-        (Param, "params"),
-        (RunTag, "tags"),
-        (RunInput, "inputs"),
+    for model, name, fields in (
+        (LatestMetric, "latest", ("key", "value", "is_nan", "timestamp", "step")),
+        (Param, "params", ("key", "value")),
+        (RunTag, "tags", ("key", "value")),
+        (RunInput, "inputs", ("dataset", "tags")),
     ):
-        for row in model.objects.filter(run_id__in=pks).order_by("pk"):
+        rows = model.objects.filter(run_id__in=pks).order_by("pk")
+        for row in rows.values_list("run_id", *fields, named=True):
             children[row.run_id][name].append(row)
     # The run's outputs: the MLflow 3 models it logged (log_model's log-outputs call).
     for run_pk, model_id in (
