@@ -1,0 +1,1 @@
+from tests.jobs.conftest import job_settings, running_jobs  # noqa: F401 - shared fixtures
