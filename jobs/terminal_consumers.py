@@ -82,26 +82,6 @@ def parse_terminal_query(raw: bytes, workers: int) -> tuple[int, list[str] | Non
     return rank, command, size[0], size[1]
 
 
-def bearer_token(scope):
-    """The active API token of an ``Authorization: Bearer gty_…`` header, or None."""
-    from accounts.authentication import token_by_hash
-    from accounts.models import ApiToken
-
-    for name, value in scope.get("headers") or []:
-        if name.lower() != b"authorization":
-            continue
-        parts = value.decode(errors="replace").split()
-        if (
-            len(parts) == 2
-            and parts[0].lower() in ("bearer", "token")
-            and parts[1].startswith(ApiToken.PREFIX)
-        ):
-            token = token_by_hash(ApiToken.hash_key(parts[1]))
-            if token is not None and token.is_active and token.user.is_active:
-                return token
-    return None
-
-
 def job_for_exec(user, pk: int, token=None) -> tuple[Job, int]:
     """The job (Http404 / PermissionDenied as the matrix says) and its worker count."""
     job = get_object_for_user(user, Job, "job.exec", token=token, pk=pk)
@@ -128,15 +108,14 @@ class JobTerminalConsumer(AsyncWebsocketConsumer):
     channel_layer_alias = "terminal-needs-none"  # no group: bytes go to one socket only
     session = None
     pump: asyncio.Task | None = None
-    token = None
+    token = None  # the API token that signed the socket in, if not a session
 
     async def connect(self):
         await self.accept()  # then close with a code the client can read
         user = self.scope.get("user")
+        # A session, or an API token (accounts.websocket_auth puts it in the scope).
+        self.token = self.scope.get("api_token")
         if user is None or not user.is_authenticated:
-            self.token = await database_sync_to_async(bearer_token)(self.scope)
-            user = self.token.user if self.token is not None else None
-        if user is None:
             return await self.refuse(CLOSE_UNAUTHENTICATED, "Sign in, or send an API token.")
         self.user = user
         try:
@@ -198,19 +177,7 @@ class JobTerminalConsumer(AsyncWebsocketConsumer):
         def check(user):
             get_object_for_user(user, Job, "job.exec", token=self.token, pk=self.job.pk)
 
-        def lost():
-            if self.token is None:
-                return lost_access(self.scope, check) is not None
-            token = bearer_token(self.scope)
-            if token is None:
-                return True
-            try:
-                check(token.user)
-            except (Http404, PermissionDenied):
-                return True
-            return False
-
-        return await database_sync_to_async(lost)()
+        return await database_sync_to_async(lost_access)(self.scope, check) is not None
 
     async def receive(self, text_data=None, bytes_data=None):
         if self.session is None:
