@@ -42,8 +42,6 @@ class UsageReportForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if not self.tenants:
-            raise forms.ValidationError("You own no tenant whose GPU usage you could read.")
         # No tenant chosen: every tenant the reader may see the usage of (all, for a lab
         # administrator without a token).
         chosen = data.get("tenant")

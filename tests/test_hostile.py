@@ -1437,6 +1437,16 @@ FORM_PAGES = {
     "scheduling:quota_edit": Page(
         "tenant", lambda w: {"guaranteed_gpus": "0", "borrow_limit_gpus": "0", "weight": "1.0"}
     ),
+    "telemetry:idle_policy_edit": Page(
+        "project",
+        lambda w: {
+            "enabled": "on",
+            "threshold_percent": "5",
+            "idle_minutes": "60",
+            "grace_minutes": "15",
+            "kinds": "notebook",
+        },
+    ),
 }
 
 # Pages that take a POST but no input to be hostile with, or are tested elsewhere.
