@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
-from core.access import AUTHENTICATED, get_object_for_user
+from core.access import AUTHENTICATED, can, get_object_for_user
 from core.views import GantryView, ServiceFormView, apply_service_errors
 from notifications import services
 from notifications.forms import AlertSettingsForm, PersonalSubscriptionForm, SubscriptionForm
@@ -104,10 +104,12 @@ class MySubscriptionsView(SubscriptionCreateMixin, GantryView):
         subscriptions = _with_failing(
             Subscription.objects.filter(user=request.user).select_related("project__tenant")
         )
+        projects = Project.objects.visible_to(request.user).select_related("tenant")
+        maintained = [p for p in projects if can(request.user, "notification.manage", p)]
         return render(
             request,
             "notifications/my_subscriptions.html",
-            {"objects": subscriptions, "form": form, "new": new},
+            {"objects": subscriptions, "form": form, "new": new, "maintained": maintained},
             status=status,
         )
 
