@@ -18,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from gantry_cli import datasets_cmd, models_cmd, sdk, snapshot, spec
+from gantry_cli import datasets_cmd, models_cmd, sdk, shell, snapshot, spec
 from gantry_cli.sdk import Gantry, GantryError
 from gantry_cli.ui import (
     Bar,
@@ -41,6 +41,8 @@ app = typer.Typer(
 )
 app.add_typer(datasets_cmd.app, name="datasets")
 app.add_typer(models_cmd.app, name="models")
+app.command("shell")(shell.shell)
+app.command("exec", context_settings={"allow_interspersed_args": False})(shell.exec_)
 
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "lost", "preempted"}
 
