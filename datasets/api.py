@@ -1,6 +1,7 @@
 """The datasets API: datasets, versions, files and upload sessions, thin over datasets.services.
 
-The upload protocol (the browser page and `datasets/cli.py` speak it):
+The upload protocol (the browser page and `gantry datasets push`, cli/gantry_cli/transfer.py,
+speak it):
 1. POST /uploads/ {dataset, files: [{path, size, sha256?}], parent?, remove?}
    -> the session with, per file, its id, part_count and the parts already held.
 2. Per part of part_size bytes (the last one shorter):
