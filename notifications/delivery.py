@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
+import socket
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -24,11 +27,31 @@ SIGNATURE_HEADER = "X-Gantry-Signature"
 
 
 class DeliveryError(Exception):
-    """An attempt that did not get through; `status` is the HTTP answer, if any."""
+    """An attempt that did not get through; `status` is the HTTP answer, if any, and
+    `final` says that trying again cannot help."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, final: bool = False):
         super().__init__(message)
         self.status = status
+        self.final = final
+
+
+def check_host(url: str) -> None:
+    """Refuse an address on this machine or a private network, unless allowed: a hook must
+    not be a way to reach what only Gantry's own host can (DNS is asked now, as the
+    connection will be)."""
+    if settings.GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS:
+        return
+    host = urlsplit(url).hostname or ""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (socket.gaierror, UnicodeError) as exc:
+        raise DeliveryError(f"could not resolve {host}: {exc}") from exc
+    for address in addresses:
+        if not ipaddress.ip_address(address.split("%")[0]).is_global:
+            raise DeliveryError(
+                f"refused: {host} is a private or local address ({address})", final=True
+            )
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -60,6 +83,7 @@ _opener = urllib.request.build_opener(_NoRedirects)
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    check_host(url)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     timeout = settings.GANTRY_NOTIFY_TIMEOUT_SECONDS
     try:

@@ -250,7 +250,7 @@ def attempt(row: Delivery, now=None) -> bool:
     except channels.DeliveryError as exc:
         row.last_status = exc.status
         row.last_error = str(exc)[:500]
-        if row.attempts >= settings.GANTRY_NOTIFY_MAX_ATTEMPTS:
+        if exc.final or row.attempts >= settings.GANTRY_NOTIFY_MAX_ATTEMPTS:
             row.state = DeliveryState.FAILING
         else:
             row.next_attempt_at = now + backoff(row.attempts)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from config.settings.base import BASE_DIR, DATA_DIR, GANTRY_URL, REDIS_URL
+from config.settings.base import BASE_DIR, DATA_DIR, GANTRY_ENV, GANTRY_URL, REDIS_URL
 from config.settings.env import fail, setting
 
 # --- Gantry --------------------------------------------------------------
@@ -79,6 +79,11 @@ GANTRY_NOTIFY_TIMEOUT_SECONDS = setting("int", "GANTRY_NOTIFY_TIMEOUT_SECONDS", 
 # tenant's when its running jobs hold this share of its GPU quota.
 GANTRY_NOTIFY_WAITING_MINUTES = setting("int", "GANTRY_NOTIFY_WAITING_MINUTES", 60)
 GANTRY_NOTIFY_QUOTA_PERCENT = setting("int", "GANTRY_NOTIFY_QUOTA_PERCENT", 90)
+# Webhooks to loopback, private and link-local addresses (the machine's own services, a
+# cloud's metadata endpoint) are refused unless allowed; development allows them.
+GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS = setting(
+    "bool", "GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS", GANTRY_ENV != "production"
+)
 if GANTRY_NOTIFY_MAX_ATTEMPTS < 1 or GANTRY_NOTIFY_TIMEOUT_SECONDS < 1:
     fail("GANTRY_NOTIFY_MAX_ATTEMPTS", "attempts and the timeout must be at least 1")
 # Notebooks are served from an origin of their own, one host per job, so that Gantry's

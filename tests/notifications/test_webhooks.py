@@ -172,3 +172,15 @@ def test_a_state_change_commits_at_once_with_a_dead_hook(owner, project, job, qu
         queue.run()
     assert len(receiver.received) == 1 and Delivery.objects.get().state == "pending"
     assert started  # (no timing assertion: what shows it is that nothing was sent inline)
+
+
+def test_a_private_address_is_refused_where_not_allowed(owner, project, job, queue, move, settings):
+    settings.GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS = False
+    with Receiver() as receiver:
+        hook(owner, project, receiver.url)
+        move(job, *RUN_TO_END, "succeeded")
+        queue.run()
+    row = Delivery.objects.get()
+    assert (row.state, row.attempts) == ("failing", 1)  # no use trying again
+    assert row.last_error == "refused: 127.0.0.1 is a private or local address (127.0.0.1)"
+    assert receiver.received == []
