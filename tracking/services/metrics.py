@@ -11,6 +11,7 @@ from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, 
 
 from tracking.errors import invalid
 from tracking.models import LatestMetric, Metric, MetricRollup, Run
+from tracking.services import job_metrics
 from tracking.services.access import Caller, get_run
 from tracking.services.validation import MAX_KEY_LENGTH, integer, text, valid_key
 
@@ -162,6 +163,8 @@ def metric_history(caller: Caller, run_id, key, max_results=None, offset=0):
     run = get_run(caller, run_id)
     key = text(key, "metric_key", MAX_KEY_LENGTH)
     limit = integer(max_results, "max_results", default=MAX_RESULTS_HISTORY, minimum=1)
+    if job_metrics.reads_from_job(run, key):
+        return job_metrics.executor_history(run, key, limit, offset)
     rows = list(
         Metric.objects.filter(run=run, key=key)
         .order_by("step", "timestamp", "pk")
@@ -225,6 +228,8 @@ def sampled_history(caller: Caller, run_ids, key, max_results=None, start_step=N
             continue
         span = rows.aggregate(lo=Min("step"), hi=Max("step"), n=Count("pk"))
         if not span["n"]:
+            if job_metrics.reads_from_job(run, key):
+                points += job_metrics.executor_sampled(run, key, limit, start, end)
             continue
         if span["n"] <= limit:
             for step, value, nan, ts in rows.order_by("step", "timestamp").values_list(

@@ -22,6 +22,7 @@ from tracking.models import (
     RunTag,
     now_ms,
 )
+from tracking.services import job_metrics
 from tracking.services.access import Caller, get_experiment, get_run
 from tracking.services.metrics import metric_point, store_metrics
 from tracking.services.validation import integer, listed, param_pair, shown, tag_pair, text
@@ -237,6 +238,10 @@ def load_runs(pks: list[int]) -> list[Run]:
         LoggedModel.objects.filter(run_id__in=pks).order_by("pk").values_list("run_id", "model_id")
     ):
         children[run_pk]["outputs"].append(model_id)
+    # A job's run also shows what its executor reported (executor.log_metric).
+    mlflow_keys = {pk: {m.key for m in children[pk]["latest"]} for pk in pks}
+    for pk, rows in job_metrics.executor_latest(list(runs.values()), mlflow_keys).items():
+        children[pk]["latest"].extend(rows)
     ordered = []
     for pk in pks:
         run = runs[pk]
