@@ -3,16 +3,22 @@
     python examples/train_digits.py --epochs 10 --lr 0.003 --batch-size 64 --seed 1
 
 Writes model.pt (a state_dict) and meta.json to $GANTRY_OUTPUTS_DIR (./outputs by
-hand), logs loss and accuracy through Gantry's metric API, and when Gantry asks the
-job to stop (cancel, timeout, preemption) saves checkpoint.pt and exits 0;
-`--resume outputs/checkpoint.pt` goes on from there.
+hand), logs loss and accuracy through Gantry's metric API, and saves a Gantry
+checkpoint (checkpoint.pt: model, optimizer, epoch, step) every --checkpoint-every steps
+and when Gantry asks the job to stop (cancel, timeout, preemption: then it exits 0). A
+requeued, retried or resumed job goes on from $GANTRY_RESUME_FROM (the latest complete
+checkpoint, staged by the executor); by hand, `--resume outputs/checkpoint.pt`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 try:  # `make run` installs no PyTorch: `make examples` adds it and scikit-learn.
     import torch
@@ -23,9 +29,33 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 try:  # Gantry's in-job API (pip install ./executor); outside a job it prints the metrics.
-    from executor import log_metric
+    from executor import checkpoint, log_metric, resume_from
 except ImportError:
     from digits_common import log_metric
+
+    def checkpoint(path, step=None, metrics=None):
+        return None
+
+    def resume_from():
+        return None
+
+
+def save_checkpoint(state: dict, step: int, loss: float) -> None:
+    """One Gantry checkpoint (uploaded by the executor; nothing outside Gantry)."""
+    folder = Path(tempfile.mkdtemp(prefix="digits-ckpt-"))
+    try:
+        torch.save(state, folder / "checkpoint.pt")
+        checkpoint(str(folder), step=step, metrics={"loss": loss})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def resume_path(given: str | None) -> str | None:
+    staged = resume_from()
+    if given or not staged:
+        return given
+    path = os.path.join(staged, "checkpoint.pt")
+    return path if os.path.exists(path) else None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -35,6 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--resume", default=None, help="a checkpoint.pt written on preemption")
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps (0: only on stop)")
     return parser.parse_args(argv)
 
 
@@ -62,13 +93,22 @@ def main(argv=None) -> int:
     model = DigitsNet()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     first_epoch, step = 1, 0
-    if args.resume:
-        checkpoint = torch.load(args.resume, weights_only=True)
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
+    resume = resume_path(args.resume)
+    if resume:
+        saved = torch.load(resume, weights_only=True)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
         # A checkpoint taken mid-epoch repeats that epoch: simpler than restoring the sampler.
-        first_epoch, step = checkpoint["epoch"], checkpoint["step"]
-        print(f"resumed from {args.resume} at epoch {first_epoch}, step {step}", flush=True)
+        first_epoch, step = saved["epoch"], saved["step"]
+        print(f"resumed from {resume} at epoch {first_epoch}, step {step}", flush=True)
+
+    def state(epoch: int) -> dict:
+        return {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,
+            "step": step,
+        }
     print(
         f"training DigitsNet on {len(train)} images, testing on {len(test_labels)}: "
         f"epochs={args.epochs} lr={args.lr} batch_size={args.batch_size} seed={args.seed}",
@@ -83,15 +123,8 @@ def main(argv=None) -> int:
         for images, labels in loader:
             if stop.is_set():
                 path = out / "checkpoint.pt"
-                torch.save(
-                    {
-                        "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "epoch": epoch,
-                        "step": step,
-                    },
-                    path,
-                )
+                torch.save(state(epoch), path)
+                save_checkpoint(state(epoch), step, loss_sum / max(seen, 1))
                 print(f"stop requested: saved {path} at epoch {epoch}, step {step}", flush=True)
                 return 0
             logits = model(images)
@@ -104,6 +137,8 @@ def main(argv=None) -> int:
             seen += len(labels)
             correct += (logits.argmax(dim=1) == labels).sum().item()
             loss_sum += loss.item() * len(labels)
+            if args.checkpoint_every and step % args.checkpoint_every == 0:
+                save_checkpoint(state(epoch), step, loss.item())
 
         val_loss, val_accuracy = evaluate(model, test_images, test_labels)
         log_metric("train_loss", loss_sum / seen, step=step)

@@ -9,7 +9,9 @@ torchrun sets them by hand:
 Each rank trains on its own shard (DistributedSampler); gradients are averaged
 by DDP. Rank 0 logs the metrics (averaged over all ranks) and saves model.pt and
 meta.json to $GANTRY_OUTPUTS_DIR; the file is a plain state_dict, the same as
-train_digits.py writes, so predict_digits.py reads either.
+train_digits.py writes, so predict_digits.py reads either. Rank 0 saves a Gantry
+checkpoint every --checkpoint-every steps and when asked to stop; a requeued, retried
+or resumed job loads $GANTRY_RESUME_FROM on every rank (each rank's executor stages it).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ try:  # Gantry's in-job API (pip install ./executor); outside a job it prints th
     from executor import log_metric
 except ImportError:
     from digits_common import log_metric
+from train_digits import resume_path, save_checkpoint
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,6 +46,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--batch-size", type=int, default=64, help="per rank")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps (0: only on stop)")
     return parser.parse_args(argv)
 
 
@@ -84,10 +88,26 @@ def main(argv=None) -> int:
     model = DistributedDataParallel(DigitsNet())
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     started = time.monotonic()
-    step = 0
+    first_epoch, step = 1, 0
+    resume = resume_path(None)
+    if resume:  # every rank loads the same checkpoint: the replicas stay identical
+        saved = torch.load(resume, weights_only=True)
+        model.module.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        first_epoch, step = saved["epoch"], saved["step"]
+        print(f"{tag} resumed from {resume} at epoch {first_epoch}, step {step}", flush=True)
+
+    def state(epoch: int) -> dict:
+        return {
+            "model": model.module.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,
+            "step": step,
+        }
+
     val_loss = val_accuracy = float("nan")
     try:
-        for epoch in range(1, args.epochs + 1):
+        for epoch in range(first_epoch, args.epochs + 1):
             sampler.set_epoch(epoch)
             seen = correct = 0
             loss_sum = 0.0
@@ -97,10 +117,8 @@ def main(argv=None) -> int:
                 if stopping:
                     if rank == 0:
                         path = outputs_dir() / "checkpoint.pt"
-                        torch.save(
-                            {"model": model.module.state_dict(), "epoch": epoch, "step": step},
-                            path,
-                        )
+                        torch.save(state(epoch), path)
+                        save_checkpoint(state(epoch), step, loss_sum / max(seen, 1))
                         print(f"{tag} stop requested: saved {path} at step {step}", flush=True)
                     else:
                         print(f"{tag} stop requested at step {step}", flush=True)
@@ -114,6 +132,8 @@ def main(argv=None) -> int:
                 (mean_loss,) = all_sum(loss.item() / world)
                 if rank == 0:
                     log_metric("loss", mean_loss, step=step)
+                    if args.checkpoint_every and step % args.checkpoint_every == 0:
+                        save_checkpoint(state(epoch), step, mean_loss)
                 seen += len(labels)
                 correct += (logits.argmax(dim=1) == labels).sum().item()
                 loss_sum += loss.item() * len(labels)

@@ -148,9 +148,13 @@ class CheckpointAgent:
 
         os.makedirs(self.root, exist_ok=True)
         try:
-            answer = self.client.json("GET", "checkpoints/latest", interrupted=cancelled,
-                                      deadline=deadline)
+            answer = self.client.retrying(
+                lambda: self._get("checkpoints/latest"), "GET checkpoints/latest",
+                interrupted=cancelled, deadline=deadline,
+            )
         except (HttpError, GiveUp) as exc:
+            if isinstance(exc, HttpError) and exc.status in (404, 405, 501):
+                return  # a Gantry without checkpoints (or the job is gone: the run says so)
             if cancelled():
                 raise StagingCancelled() from exc
             raise StagingError(f"cannot look up the checkpoint to resume from: {exc}") from exc
@@ -181,6 +185,19 @@ class CheckpointAgent:
         self.staged = dest
         self.done.add(name)
         self.log(f"resuming from checkpoint {name} (step {found.get('step')}): {RESUME_ENV}={self._inside(dest)}")
+
+    def _get(self, path: str) -> Any:
+        """GET JSON without taking a 404 for a revoked token (an older Gantry has no
+        checkpoint endpoints; the spec and heartbeats tell a revoked job)."""
+        from .client import RetryableError
+
+        resp = self.client.open("GET", self.client.url(path),
+                                headers={"Accept": "application/json"}, fatal=False)
+        with resp:
+            try:
+                return json.loads(resp.read() or b"{}")
+            except (OSError, ValueError) as exc:
+                raise RetryableError(f"GET {path}: {exc}") from exc
 
     def _intact(self, dest: str, files: list[dict]) -> bool:
         """A folder left in a reused working directory that already holds every file."""
@@ -274,21 +291,26 @@ class CheckpointAgent:
         self.done.add(name)
 
     # -- preemption -----------------------------------------------------------------
-    def save_window(self, proc: Any, stopping_for_cancel: bool) -> None:
+    def save_window(self, proc: Any, stopping_for_cancel: bool) -> bool:
         """On a preemption, give the command its save window before SIGTERM: the preempt
-        file exists already; wait until it exits, saves a new checkpoint, or time is up."""
+        file exists already; wait until it exits, saves a new checkpoint, or time is up.
+        True when the command exited by itself inside the window (no SIGTERM needed)."""
         if not stopping_for_cancel:
-            return
+            return False
         try:
-            answer = self.client.json("GET", "checkpoints/save-window", retry=False)
+            answer = self._get("checkpoints/save-window")
         except Exception:  # no answer: stop as before, without a window
-            return
+            return False
         seconds = float(answer.get("save_seconds") or 0) if answer.get("preempt") else 0.0
         if seconds <= 0:
-            return
+            return False
         self.log(f"preempted: the command has {seconds:g} s to save a checkpoint before SIGTERM")
         saved, end = self.saved, time.monotonic() + seconds
         while time.monotonic() < end and proc.poll() is None and self.saved == saved:
             time.sleep(0.1)
         if self.saved > saved:
             self.log("checkpoint saved inside the save window")
+        if proc.poll() is not None:
+            self.log("the command stopped by itself inside the save window")
+            return True
+        return False

@@ -362,7 +362,8 @@ class Runner:
                 with contextlib.suppress(OSError):
                     open(self.preempt_file, "w").close()
                 stopping = self._stop_outcome == "cancelled" and self.client.fatal is None
-                self.checkpoints.save_window(proc, stopping)  # a preemption: time to save
+                if self.checkpoints.save_window(proc, stopping):  # a preemption: time to save
+                    continue  # it saved and exited: no SIGTERM
                 self.log(
                     f"{self._stop_reason}; sending SIGTERM to the process group (grace {_fmt_seconds(grace)} s)"
                 )
