@@ -1,10 +1,47 @@
 """Submit forms, one per kind. They turn text into a spec; jobs.services validates it."""
 
+from collections.abc import Callable
+from typing import Any
+
 from django import forms
 
+from core.formatting import format_size
+from datasets.models import DatasetVersion
 from images.models import RuntimeImage
 from images.services import images_for_job
 from jobs.models import JobKind
+from snapshots.models import CodeSnapshot, SnapshotState
+
+
+class ModelInputs:
+    """How the form offers model versions as inputs. Model versions live in modelhub, above
+    jobs: modelhub hands these in when it starts (`offer_model_inputs`)."""
+
+    choices: Callable[[Any, Any], Any] | None = None  # (user, project) -> ModelVersion queryset
+    entry: Callable[[Any], dict] | None = None  # version -> a job input entry
+    version_of: Callable[[Any, dict], Any] | None = None  # (project, entry) -> version pk or None
+
+
+def offer_model_inputs(choices, entry, version_of) -> None:
+    ModelInputs.choices, ModelInputs.entry, ModelInputs.version_of = choices, entry, version_of
+
+
+def snapshot_label(snapshot: CodeSnapshot) -> str:
+    git = f", git {snapshot.short_commit}" if snapshot.git_commit else ""
+    dirty = " (dirty)" if snapshot.git_dirty else ""
+    when = snapshot.created_at.strftime("%Y-%m-%d %H:%M")
+    return (
+        f"Code #{snapshot.pk}: {snapshot.file_count} file{'s' if snapshot.file_count != 1 else ''}, "
+        f"{format_size(snapshot.size)}{git}{dirty}, {when}"
+    )
+
+
+def dataset_version_label(version: DatasetVersion) -> str:
+    return (
+        f"{version.dataset.name} v{version.number} ({version.dataset.project.name}): "
+        f"{version.file_count} files, {format_size(version.total_size)} "
+        f"at data/{version.dataset.slug}"
+    )
 
 
 def infer_value(text: str):
@@ -64,6 +101,27 @@ class NotebookJobForm(forms.Form):
     gpus = forms.IntegerField(min_value=0, initial=0, label="GPUs")
     cpus = forms.IntegerField(min_value=1, initial=1, label="CPUs")
     memory_mb = forms.IntegerField(min_value=16, initial=2048, label="Memory (MiB)")
+    code_snapshot = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        label="Code",
+        empty_label="None (the command needs nothing uploaded)",
+        help_text="Staged read-only into the job's working directory before the command "
+        "starts: upload a folder, or pick an earlier upload.",
+    )
+    dataset_versions = forms.ModelMultipleChoiceField(
+        queryset=None,
+        required=False,
+        label="Input datasets",
+        help_text="Each version is staged read-only at data/<dataset>.",
+    )
+    model_version = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        label="Input model",
+        empty_label="None",
+        help_text="The version's files are staged at model/.",
+    )
 
     def __init__(self, *args, user=None, project=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -75,9 +133,45 @@ class NotebookJobForm(forms.Form):
         field.label_from_instance = lambda image: (
             f"{image.name} — {image.reference}" + (" (legacy)" if image.legacy else "")
         )
+        self._inputs_fields(user, project)
+
+    def _inputs_fields(self, user, project) -> None:
+        """Code and inputs: only what the user can see, of this project (code) or its
+        tenant (datasets, models)."""
+        code, datasets = self.fields["code_snapshot"], self.fields["dataset_versions"]
+        model = self.fields["model_version"]
+        if user is None or project is None:
+            code.queryset = CodeSnapshot.objects.none()
+            datasets.queryset = DatasetVersion.objects.none()
+            del self.fields["model_version"]
+            return
+        code.queryset = CodeSnapshot.objects.visible_to(user).filter(
+            project=project, state=SnapshotState.READY
+        )
+        code.label_from_instance = snapshot_label
+        datasets.queryset = (
+            DatasetVersion.objects.visible_to(user)
+            .filter(dataset__project__tenant_id=project.tenant_id)
+            .select_related("dataset__project")
+            .order_by("dataset__name", "-number")
+        )
+        datasets.label_from_instance = dataset_version_label
+        datasets.widget.attrs.update({"size": 6, "data-searchable": "1"})
+        if ModelInputs.choices is None:
+            del self.fields["model_version"]
+        else:
+            model.queryset = ModelInputs.choices(user, project)
+            model.label_from_instance = lambda v: f"{v.model.name} v{v.number}"
+            model.widget.attrs.update({"data-searchable": "1"})
 
     def spec(self) -> dict:
         data = dict(self.cleaned_data)
+        versions = data.pop("dataset_versions", None) or []
+        model_version = data.pop("model_version", None)
+        inputs = [{"dataset_version": v.pk} for v in versions]
+        if model_version is not None and ModelInputs.entry is not None:
+            inputs.append(ModelInputs.entry(model_version))
+        data["inputs"] = inputs
         data["kind"] = self.kind
         return data
 
@@ -156,4 +250,24 @@ def initial_from_job(job) -> dict:
         "timeout_seconds": job.timeout_seconds,
         "max_retries": job.max_retries,
         "priority": job.priority,
+        "code_snapshot": job.code_snapshot_id,
+        **initial_inputs(job),
+    }
+
+
+def initial_inputs(job) -> dict:
+    """The pickers' initial values from a job's inputs (clone keeps them)."""
+    entries = [e for e in job.inputs or [] if isinstance(e, dict)]
+    model_version = None
+    if ModelInputs.version_of is not None:
+        for entry in (e for e in entries if "model" in e):
+            try:
+                model_version = ModelInputs.version_of(job.project, entry)
+            except (TypeError, ValueError):  # not an entry the picker wrote
+                continue
+            if model_version is not None:
+                break
+    return {
+        "dataset_versions": [e["dataset_version"] for e in entries if "dataset_version" in e],
+        "model_version": model_version,
     }

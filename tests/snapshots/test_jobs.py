@@ -89,3 +89,49 @@ def test_the_job_token_reads_its_code_and_nothing_else(client, owner, project):
     plain = _launched(owner, project, "other")
     plain_auth = {"HTTP_AUTHORIZATION": f"Bearer {make_token(0, 'other')}"}
     assert client.get(f"/api/v1/executor/jobs/{plain.pk}/code", **plain_auth).status_code == 404
+
+
+def test_the_job_form_submits_code_and_inputs_and_the_job_page_lists_them(
+    client_for, owner, project
+):
+    from datasets.services.catalog import create_dataset
+    from tests.datasets.builders import upload_files
+
+    snapshot = make_snapshot(owner, project, CODE, git={"commit": "c" * 40, "dirty": True, "branch": "main"})
+    dataset = create_dataset(owner, project, name="Digits", slug="digits")
+    version = upload_files(owner, dataset, {"train.csv": b"a,b\n1,2\n"}).version
+    client = client_for(owner)
+    form = client.get(f"/projects/{project.pk}/jobs/new/").content.decode()
+    assert f"Code #{snapshot.pk}: 1 file" in form and "Digits v1 (Vision)" in form
+    assert 'webkitdirectory' in form
+    response = client.post(
+        f"/projects/{project.pk}/jobs/new/",
+        {"kind": "train", "command": "python hello.py", "cpus": 1, "gpus": 0,
+         "memory_mb": 512, "max_retries": 0, "priority": 0,
+         "code_snapshot": snapshot.pk, "dataset_versions": [version.pk]},
+    )
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    job = Job.objects.get()
+    assert job.code_snapshot == snapshot
+    assert job.inputs == [
+        {"dataset_version": version.pk, "dataset": "digits", "version": 1, "mount": "data/digits"}
+    ]
+    page = client.get(job.get_absolute_url()).content.decode()
+    assert f'href="/code/{snapshot.pk}/"' in page and "cccccccccc" in page
+    assert f'href="/dataset-versions/{version.pk}/"' in page and "data/digits" in page
+    clone = client.get(f"/jobs/{job.pk}/clone/").content.decode()
+    assert f'<option value="{snapshot.pk}" selected>' in clone
+    assert f'<option value="{version.pk}" selected>' in clone
+
+
+def test_the_job_form_refuses_another_projects_code(client_for, owner, project, tenant):
+    other = project_services.create_project(actor=owner, tenant=tenant, name="Audio", slug="audio")
+    snapshot = make_snapshot(owner, other, CODE)
+    response = client_for(owner).post(
+        f"/projects/{project.pk}/jobs/new/",
+        {"kind": "train", "command": "python hello.py", "cpus": 1, "gpus": 0,
+         "memory_mb": 512, "max_retries": 0, "priority": 0, "code_snapshot": snapshot.pk},
+    )
+    assert response.status_code == 400  # the form again, with its error
+    assert "Select a valid choice" in response.content.decode()
+    assert not Job.objects.exists()
