@@ -199,3 +199,26 @@ def test_push_links_contents_the_tenant_holds_and_sends_only_new_ones(
     code, out, err = gantry("datasets", "versions", "digits", "--json")
     assert code == 0, err
     assert {v["id"] for v in json.loads(out)} == {v1.pk, v2.pk}
+
+
+def test_models_register_alias_and_predict_by_alias(gantry, owner, project):
+    from tests.modelhub.test_modelhub import finished_job
+
+    job = finished_job(owner, project)
+
+    code, out, err = gantry("models", "register", "--job", str(job.pk), "--name", "digits", "--json")
+    assert code == 0, err
+    version = json.loads(out)
+    assert version["number"] == 1 and version["source_job"] == job.pk
+    code, out, err = gantry("models", "alias", "digits", "production", "1")
+    assert code == 0, err
+    code, out, err = gantry("models", "list", "--json")
+    assert json.loads(out)[0]["aliases"][0]["name"] == "production"
+
+    code, out, err = gantry(
+        "models", "predict", "digits@production", "--command", "python predict.py", "--json"
+    )
+    assert code == 0, err
+    predicted = Job.objects.get(pk=json.loads(out)["id"])
+    assert predicted.command == "python predict.py"
+    assert gantry("models", "predict", "digits@staging", "--command", "x")[0] == 4
