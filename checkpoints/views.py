@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import redirect
 
+from checkpoints.forms import RegisterCheckpointForm
 from checkpoints.models import Checkpoint
 from checkpoints.services import register_as_model_version, start_job_from
 from core.views import GantryView
@@ -39,7 +40,10 @@ class CheckpointRegisterView(CheckpointActionView):
     permission_action = "model.register"
 
     def act(self, checkpoint):
-        name = str(self.request.POST.get("model_name", ""))[:200]
+        form = RegisterCheckpointForm(self.request.POST)
+        if not form.is_valid():
+            raise ValidationError([e for errors in form.errors.values() for e in errors])
+        name = form.cleaned_data["model_name"]
         version = register_as_model_version(self.request.user, checkpoint, name)
         messages.success(self.request, f"Registered {checkpoint.name} as {version}.")
         return version.get_absolute_url()

@@ -25,6 +25,7 @@ from notifications.models import Subscription
 from notifications.services import create_subscription
 from projects.models import Project, ProjectMember
 from projects.permissions import AUTHENTICATED, MATRIX, MATRIX_VIEW_OF, can
+from tests.checkpoints.builders import access_objects as checkpoint_objects
 from tests.datasets.builders import access_objects as dataset_objects
 from tests.modelhub.builders import access_objects
 from tests.sweeps.builders import access_objects as sweep_objects
@@ -93,6 +94,7 @@ def _objects(tenant, project, owner, member):
         Artifact: artifact,
         **access_objects(tenant, project, owner),
         **dataset_objects(tenant, project, owner),
+        **checkpoint_objects(owner, project),
         **sweep_objects(tenant, project, owner),
     }
 

@@ -1469,6 +1469,9 @@ NOT_FORMS = {
     "notifications:subscription_delete": "a button",
     "notifications:subscription_test": "a button: sends a test message",
     "modelhub:version_add": "test_uploaded_file_names_cannot_place_files_outside_their_folder",
+    "checkpoints:checkpoint_resume": "a button",
+    "checkpoints:checkpoint_register": "a button (the model name is the job's; hostile names: "
+    "tests/checkpoints/test_pages.py)",
 }
 
 
