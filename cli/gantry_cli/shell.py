@@ -31,7 +31,7 @@ from websockets.sync.client import connect as ws_connect
 
 from gantry_cli import sdk
 from gantry_cli.sdk import Gantry, GantryError
-from gantry_cli.ui import connect, errors_as_exit_codes
+from gantry_cli.ui import connect, errors_as_exit_codes, fail
 
 # The server's close codes (jobs/terminal_consumers.py): what to say, how to exit.
 REFUSALS = {
@@ -41,6 +41,16 @@ REFUSALS = {
     4404: ("no such job (or not yours)", sdk.EXIT_NOT_FOUND),
     4409: ("the job is not running", sdk.EXIT_REJECTED),
 }
+
+
+def window_size() -> tuple[int, int]:
+    """(cols, rows) of the terminal we run in (not $COLUMNS: it does not follow resizes)."""
+    for stream in (sys.stdin, sys.stdout):
+        with contextlib.suppress(OSError, ValueError):
+            size = os.get_terminal_size(stream.fileno())
+            return size.columns, size.lines
+    size = shutil.get_terminal_size()
+    return size.columns, size.lines
 
 
 def terminal_url(
@@ -56,8 +66,7 @@ def terminal_url(
 
 
 def open_terminal(g: Gantry, job_id: int, worker: int, command: list[str] | None):
-    size = shutil.get_terminal_size()
-    url = terminal_url(g.url, job_id, worker, command, (size.columns, size.lines))
+    url = terminal_url(g.url, job_id, worker, command, window_size())
     parts = urlsplit(g.url)
     try:
         return ws_connect(
@@ -112,9 +121,8 @@ class Terminal:
                 self.socket.send(data)
 
     def send_size(self, *_args) -> None:
-        size = shutil.get_terminal_size()
         with contextlib.suppress(OSError, ConnectionClosed):
-            self.socket.send(json.dumps({"resize": [size.columns, size.lines]}))
+            self.socket.send(json.dumps({"resize": list(window_size())}))
 
 
 class RefusedError(GantryError):
@@ -168,7 +176,12 @@ def exec_(
     worker: Annotated[int, typer.Option("--worker", "-w", help="Worker rank")] = 0,
 ) -> None:
     """Run one command inside a running job; print its output, exit with its code."""
+    words = list(command)
+    if words[:1] == ["--"]:  # `gantry exec JOB -- CMD`: the separator reaches us as a word
+        words = words[1:]
+    if not words:
+        fail("give the command after --, e.g. gantry exec 12 -- nvidia-smi", sdk.EXIT_USAGE)
     g = connect()
-    with errors_as_exit_codes(), open_terminal(g, job, worker, list(command)) as socket:
+    with errors_as_exit_codes(), open_terminal(g, job, worker, words) as socket:
         code = Terminal(socket, job).run()
     raise typer.Exit(code)
