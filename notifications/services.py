@@ -104,7 +104,7 @@ def create_subscription(
 
 def require_manage(actor, subscription: Subscription) -> None:
     if subscription.personal:
-        if subscription.user_id != actor.pk:
+        if subscription.user_id != actor.pk and not actor.is_superuser:
             from django.core.exceptions import PermissionDenied
 
             raise PermissionDenied("This subscription is someone else's.")

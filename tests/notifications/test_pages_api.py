@@ -172,3 +172,22 @@ def test_the_list_pages_query_count_does_not_grow(
         client.get(reverse("notifications:my_subscriptions"))
     with django_assert_max_num_queries(12):
         client.get("/api/v1/notification-subscriptions/")
+
+
+def test_lab_administrators_change_subscriptions_in_the_admin_and_only_read_deliveries(
+    make_user, owner, project, client_for
+):
+    admin_user = make_user("root", is_superuser=True, is_staff=True)
+    subscription = project_hook(owner, project)
+    client = client_for(admin_user)
+    url = reverse("admin:notifications_subscription_change", args=[subscription.pk])
+    response = client.post(
+        url,
+        {"name": "renamed", "url": subscription.url, "email": "", "events": '["job.lost"]',
+         "active": "on"},
+    )
+    assert response.status_code == 302, response.content[:500]
+    subscription.refresh_from_db()
+    assert (subscription.name, subscription.events) == ("renamed", ["job.lost"])
+    assert client.get(reverse("admin:notifications_delivery_changelist")).status_code == 200
+    assert client.get(reverse("admin:notifications_delivery_add")).status_code == 403
