@@ -376,6 +376,9 @@ GANTRY_CSP_EXEMPT_URL_NAMES = []
 GANTRY_CSP_OVERRIDES = {
     "api-docs": {"style-src": ["'self'", "'unsafe-inline'"]},
     "browsable-api": {"style-src": ["'self'", "'unsafe-inline'"]},
+    # The job page's terminal: xterm.js sizes its rows and cells with <style> elements it
+    # writes at run time (templates/jobs/_job_terminal.html); scripts stay 'self'.
+    "job_detail": {"style-src": ["'self'", "'unsafe-inline'"]},
 }
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True

@@ -278,3 +278,22 @@ def test_a_shell_in_a_running_job_sees_that_job_only_and_returns_its_exit_code(
     assert code != 0
     wait_for(job, "cancelled")
     cancel_job(outsider, other)
+
+
+def test_the_job_page_offers_the_terminal_to_those_with_job_exec_only(
+    client, owner, member, project
+):
+    from jobs.states import transition
+
+    job = submit_job(owner, project, name="page", command="python train.py")
+    client.force_login(owner)
+    assert b'id="job-terminal"' not in client.get(f"/jobs/{job.pk}/").content  # queued
+    transition(job, "admitted", "test")
+    transition(job, "starting", "test", token_hash=Job.hash_token("s3cret"))
+    transition(job, "running", "test")
+    page = client.get(f"/jobs/{job.pk}/")
+    assert f'data-ws-path="/ws/jobs/{job.pk}/terminal/"'.encode() in page.content
+    assert b"vendor/xterm/xterm.js" in page.content
+    client.force_login(member)  # a viewer of the project
+    page = client.get(f"/jobs/{job.pk}/")
+    assert page.status_code == 200 and b'id="job-terminal"' not in page.content
