@@ -191,3 +191,17 @@ def test_lab_administrators_change_subscriptions_in_the_admin_and_only_read_deli
     assert (subscription.name, subscription.events) == ("renamed", ["job.lost"])
     assert client.get(reverse("admin:notifications_delivery_changelist")).status_code == 200
     assert client.get(reverse("admin:notifications_delivery_add")).status_code == 403
+
+
+def test_the_job_page_shows_what_was_sent_to_those_who_may_see_it(
+    owner, member, project, job, queue, move, client_for
+):
+    with Receiver() as receiver:
+        subscription = project_hook(owner, project, receiver.url)
+        move(job, *RUN_TO_END, "failed", reason="exit code 1")
+        queue.run()
+    page = client_for(owner).get(job.get_absolute_url()).content.decode()
+    assert subscription.get_absolute_url() in page and "Delivered" in page
+    # A viewer sees the job, not the project's subscriptions.
+    page = client_for(member).get(job.get_absolute_url()).content.decode()
+    assert subscription.get_absolute_url() not in page and "Nothing sent of this job" in page
