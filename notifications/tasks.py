@@ -17,7 +17,7 @@ from jobs.models import Job
 from jobs.signals import job_alert
 from jobs.states import ACTIVE, JobState
 from notifications import services
-from notifications.models import AlertSent
+from notifications.models import AlertSent, Delivery, DeliveryState
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +132,21 @@ def check_quotas() -> int:
     return raised
 
 
+def forget_old(now=None) -> int:
+    """Drop deliveries no longer pending after GANTRY_NOTIFY_LOG_DAYS, and the marks of
+    alerts raised as long ago (their jobs have long moved on)."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.GANTRY_NOTIFY_LOG_DAYS)
+    removed, _ = Delivery.objects.filter(
+        created_at__lt=cutoff, state__in=[DeliveryState.DELIVERED, DeliveryState.FAILING]
+    ).delete()
+    AlertSent.objects.filter(at__lt=cutoff, key__startswith="waiting:").delete()
+    return removed
+
+
 def check_alerts() -> int:
-    return check_waiting() + check_quotas()
+    raised = check_waiting() + check_quotas()
+    forget_old()
+    return raised
 
 
 def register_schedules(**kwargs) -> None:

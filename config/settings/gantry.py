@@ -79,6 +79,8 @@ GANTRY_NOTIFY_TIMEOUT_SECONDS = setting("int", "GANTRY_NOTIFY_TIMEOUT_SECONDS", 
 # tenant's when its running jobs hold this share of its GPU quota.
 GANTRY_NOTIFY_WAITING_MINUTES = setting("int", "GANTRY_NOTIFY_WAITING_MINUTES", 60)
 GANTRY_NOTIFY_QUOTA_PERCENT = setting("int", "GANTRY_NOTIFY_QUOTA_PERCENT", 90)
+# Delivered and failing deliveries are kept this long on a subscription's page.
+GANTRY_NOTIFY_LOG_DAYS = setting("int", "GANTRY_NOTIFY_LOG_DAYS", 30)
 # Webhooks to loopback, private and link-local addresses (the machine's own services, a
 # cloud's metadata endpoint) are refused unless allowed; development allows them.
 GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS = setting(

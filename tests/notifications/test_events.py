@@ -145,3 +145,14 @@ def test_a_paused_subscription_sends_nothing(owner, project, job, queue, move):
     move(job, *RUN_TO_END, "failed")
     queue.run()
     assert not Delivery.objects.exists()
+
+
+def test_old_deliveries_leave_the_log_but_pending_ones_stay(owner, project, job, queue, move):
+    subscribe(owner, project=project, events=["job.failed"])
+    move(job, *RUN_TO_END, "failed")
+    queue.run()  # nothing listens on port 9: pending, to be retried
+    row = Delivery.objects.get()
+    Delivery.objects.filter(pk=row.pk).update(created_at=timezone.now() - timedelta(days=40))
+    assert tasks.forget_old() == 0
+    Delivery.objects.filter(pk=row.pk).update(state="failing")
+    assert tasks.forget_old() == 1 and not Delivery.objects.exists()
