@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, time, timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.db.models.functions import TruncDate
@@ -230,7 +231,10 @@ def warn_idle(job: Job, reason: str, stop_at: datetime, now: datetime) -> IdleWa
 
 
 def stop_idle(job: Job, watch: IdleWatch, reason: str, now: datetime) -> None:
-    cancel_job(None, job, f"stopped by the idle-GPU policy: {reason}"[:500])
+    try:
+        cancel_job(None, job, f"stopped by the idle-GPU policy: {reason}"[:500])
+    except ValidationError:
+        return  # it finished meanwhile
     watch.stopped_at = now
     watch.save(update_fields=["stopped_at"])
 
