@@ -105,6 +105,7 @@ def report(sweep: Sweep, study, trial: Trial, now) -> bool:
         if fresh and job.state == JobState.RUNNING and job.cancel_requested_at is None:
             frozen = study._storage.get_trial(tid)
             if study.pruner.prune(study, frozen):
+                frozen = study._storage.get_trial(tid)  # with the rung the pruner just wrote
                 reason = engine.prune_reason(sweep, study, frozen, len(values))
                 study.tell(trial.number, state=OptunaState.PRUNED)
                 trial.state, trial.reason, trial.finished_at = TrialState.PRUNED, reason, now

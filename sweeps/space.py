@@ -45,6 +45,25 @@ MAX_GRID = 10_000
 MAX_SOURCE = 64 * 1024
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads `1e-05` (JSON's way of writing 0.00001) as text; floats here take
+    YAML 1.2's form, so a JSON document means what it says."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
 def load_document(text: str) -> dict[str, Any]:
     """YAML (JSON is YAML too) -> a mapping, or a ValidationError saying where it broke."""
     if not isinstance(text, str) or not text.strip():
@@ -52,7 +71,7 @@ def load_document(text: str) -> dict[str, Any]:
     if len(text) > MAX_SOURCE:
         raise ValidationError({"source": f"The sweep is over {MAX_SOURCE // 1024} KiB."})
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

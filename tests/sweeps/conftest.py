@@ -9,6 +9,7 @@ from jobs.models import Job
 from jobs.services.ingestion import ingest_metrics
 from jobs.states import JobState, transition
 from sweeps.services import create_sweep
+from tests.jobs.conftest import job_settings, running_jobs  # noqa: F401 - jobs' fixtures, shared
 
 DOC = {
     "name": "digits",

@@ -6,8 +6,8 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from sweeps.models import Sweep
-from sweeps.space import parse_sweep
 from sweeps.services import create_sweep
+from sweeps.space import parse_sweep
 from tests.sweeps.conftest import DOC
 
 
