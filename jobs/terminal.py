@@ -94,6 +94,13 @@ def sandbox_pid(command_pid: int) -> int | None:
     return None
 
 
+def _is_bwrap(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "bwrap"
+    except OSError:
+        return False
+
+
 def sandboxed_argv(target: int, uid: int, command: list[str]) -> list[str]:
     """Enter every namespace of the sandbox process `target` and its root, start in the
     job's workdir, drop to the job's user as the job's command did (executor/sandbox.py)."""
@@ -175,7 +182,14 @@ class LocalSession:
         command = self.command or SHELL
         python_bin = str(Path(LocalBackend.interpreter(self.job.runtime)).parent)
         target = sandbox_pid(worker.child_pid)
+        if target is None and (sandbox.sandbox_status().available or _is_bwrap(worker.child_pid)):
+            # Never a shell outside a sandboxed job's sandbox.
+            raise TerminalError(f"worker {worker.rank}'s sandbox was not found; try again")
         if target is not None:
+            if os.geteuid() != 0:
+                raise TerminalError(
+                    "Gantry's web process must run as root to enter a job's sandbox"
+                )
             env = terminal_env(self.job, worker, sandboxed=True, path_first=python_bin)
             return sandboxed_argv(target, sandbox.job_uid(self.job), command), env, "/"
         env = terminal_env(self.job, worker, sandboxed=False, path_first=python_bin)

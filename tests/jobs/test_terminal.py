@@ -297,3 +297,44 @@ def test_the_job_page_offers_the_terminal_to_those_with_job_exec_only(
     client.force_login(member)  # a viewer of the project
     page = client.get(f"/jobs/{job.pk}/")
     assert page.status_code == 200 and b'id="job-terminal"' not in page.content
+
+
+@pytest.fixture
+def sleeping_worker(owner, project, tmp_path):
+    """A job's worker row whose command is a real process of ours (not sandboxed)."""
+    import subprocess
+    import sys
+
+    from jobs.backends.local import process_start_time
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    job = submit_job(owner, project, name="w", command="python train.py")
+    worker = JobWorker.objects.get(job=job, rank=0)
+    worker.child_pid, worker.child_start_time = proc.pid, process_start_time(proc.pid)
+    worker.workdir = str(tmp_path)
+    yield job, worker
+    proc.kill()
+    proc.wait()
+
+
+def test_a_shell_is_never_opened_outside_a_sandbox_that_should_be_there(sleeping_worker):
+    status = sandbox.sandbox_status()
+    service_required(f"the job sandbox ({status.reason})", status.available)
+    job, worker = sleeping_worker
+    with pytest.raises(terminal.TerminalError, match="sandbox was not found"):
+        terminal.LocalSession(job, worker, None).argv_and_env()
+
+
+def test_without_a_sandbox_the_shell_runs_in_the_workdir_without_gantrys_environment(
+    sleeping_worker, settings, monkeypatch
+):
+    settings.GANTRY_SANDBOX = "off"
+    monkeypatch.setenv("SECRET_KEY", "not for jobs")
+    job, worker = sleeping_worker
+    argv, env, cwd = terminal.LocalSession(job, worker, ["id"]).argv_and_env()
+    assert argv == ["id"] and cwd == worker.workdir
+    assert "SECRET_KEY" not in env and "DATABASE_URL" not in env
+    assert env["HOME"] == worker.workdir and env["TERM"] == "xterm-256color"
+    worker.child_start_time += 1  # another process now has that pid
+    with pytest.raises(terminal.TerminalError, match="not running"):
+        terminal.LocalSession(job, worker, None).argv_and_env()
