@@ -27,7 +27,7 @@ def test_sklearn_autolog_logs_params_metrics_and_a_loadable_model(
 
     client = mlflow_env(token_for(owner, project))
     x, y = load_digits(return_X_y=True)
-    autolog(log_input_examples=True, silent=True)
+    autolog(silent=True)
     with mlflow.start_run(run_name="autolog-digits") as active:
         model = LogisticRegression(max_iter=150, C=0.5).fit(x[:600], y[:600])
 
