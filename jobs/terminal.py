@@ -352,7 +352,7 @@ class KubernetesSession:
                     **exec_request(namespace, pod, self.command),
                 )
             except Exception as exc:
-                raise TerminalError(describe_error(exc, namespace)) from exc
+                raise TerminalError(describe_error(exc, conn.ref.name)) from exc
 
         loop = asyncio.get_running_loop()
         self.client = await asyncio.to_thread(connect)

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 from urllib.parse import quote
 
 import pytest
@@ -338,3 +339,63 @@ def test_without_a_sandbox_the_shell_runs_in_the_workdir_without_gantrys_environ
     worker.child_start_time += 1  # another process now has that pid
     with pytest.raises(terminal.TerminalError, match="not running"):
         terminal.LocalSession(job, worker, None).argv_and_env()
+
+
+class ExecStream:
+    """Stands in for kubernetes.stream's WSClient (no container can run here: kwok pods
+    have none): stdout/stderr frames to hand out, what was written per channel."""
+
+    def __init__(self, frames, returncode):
+        self.frames, self.written, self.open = list(frames), [], True
+        self.code = returncode
+
+    def is_open(self):
+        return self.open
+
+    def update(self, timeout=0):
+        if not self.frames:
+            self.open = False
+
+    def peek_channel(self, channel, timeout=0):
+        return bool(self.frames) and self.frames[0][0] == channel
+
+    def read_channel(self, channel, timeout=0):
+        return self.frames.pop(0)[1]
+
+    def write_channel(self, channel, data):
+        self.written.append((channel, data))
+
+    @property
+    def returncode(self):
+        return None if self.open else self.code
+
+    def close(self):
+        self.open = False
+
+
+def test_a_kubernetes_session_relays_both_streams_sizes_and_the_exit_code(monkeypatch):
+    fake = ExecStream([(terminal.STDOUT, b"hello\r\n"), (terminal.STDERR, b"oops\r\n")], 3)
+    conn = SimpleNamespace(
+        ref=SimpleNamespace(name="lab"),
+        core=SimpleNamespace(connect_get_namespaced_pod_exec=None),
+    )
+    monkeypatch.setattr(terminal, "worker_pod", lambda job, rank: (conn, "ns", "pod"))
+    monkeypatch.setattr("kubernetes.stream.stream", lambda *a, **kw: fake)
+
+    async def scenario():
+        session = terminal.open_session(
+            Job(pk=1, backend="kubernetes"), JobWorker(rank=0), ["make"]
+        )
+        await session.start(100, 40)
+        session.write(b"ls\r")
+        output = b""
+        while (chunk := await session.output.get()) is not None:
+            output += chunk
+        return output, await session.wait()
+
+    output, code = async_to_sync(scenario)()
+    assert output == b"hello\r\noops\r\n" and code == 3
+    assert fake.written == [
+        (terminal.RESIZE, json.dumps({"Width": 100, "Height": 40})),
+        (terminal.STDIN, b"ls\r"),
+    ]
