@@ -1,7 +1,7 @@
 from django import forms
 from django.urls import reverse
 
-from core.access import can
+from core.access import can, restrict
 from core.views import ObjectDetailView, ObjectListView, ServiceFormView
 from projects.models import Project
 from sweeps import services
@@ -20,6 +20,11 @@ class SweepListView(ObjectListView):
 
     def get_queryset(self):
         return super().get_queryset().select_related("project__tenant").order_by("-created_at", "-pk")
+
+    def get_extra_context(self):
+        # Where the "New sweep" button may lead: the projects the user may start one in.
+        projects = restrict(Project.objects.all(), self.request.user, "sweep.create")
+        return {"create_in": list(projects.select_related("tenant").order_by("tenant__name", "name")[:50])}
 
 
 class SweepCreateView(ServiceFormView):
