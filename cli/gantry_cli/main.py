@@ -154,7 +154,13 @@ def stream(g: Gantry, job_id: int, to_stderr: bool = False, worker: int | None =
     """Prints the job's log until it ends; returns the exit code the command should end with."""
     target = sys.stderr if to_stderr else sys.stdout
     many = False
-    for item in g.logs.follow(job_id):
+
+    def status(message: dict) -> None:  # state changes on stderr, the log alone on stdout
+        if message.get("events") and not message.get("terminal"):  # the end is said once, below
+            state, reason = message["state"], message.get("reason") or ""
+            err.print(f"job {job_id}: {state}" + (f" ({reason})" if reason not in ("", state) else ""))
+
+    for item in g.logs.follow(job_id, on_status=status):
         if item.get("type") == "end":
             state, reason = item["state"], item.get("reason") or ""
             err.print(f"job {job_id} {state}" + (f": {reason}" if reason else ""))

@@ -18,7 +18,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -229,7 +229,8 @@ class Snapshots(Resource):
             "POST", "snapshots/", json={"project": project, "files": files, "git": git}
         )
 
-    def put_blob(self, snapshot_id: int, sha256: str, data: bytes) -> None:
+    def put_blob(self, snapshot_id: int, sha256: str, data: bytes | BinaryIO) -> None:
+        """One content's bytes (or an open file, streamed with its length)."""
         self.client.request(
             "PUT",
             f"snapshots/{int(snapshot_id)}/blobs/{sha256}",

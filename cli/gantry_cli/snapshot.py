@@ -226,7 +226,8 @@ def upload(
     if by_hash:
 
         def put(entry: FileEntry) -> int:
-            g.snapshots.put_blob(created["id"], entry.sha256, entry.source.read_bytes())
+            with open(entry.source, "rb") as fh:
+                g.snapshots.put_blob(created["id"], entry.sha256, fh)
             return entry.size
 
         with ThreadPoolExecutor(workers) as pool:
