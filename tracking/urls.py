@@ -31,6 +31,7 @@ urlpatterns = [
     path("mlflow/runs/search", runs.runs_search),
     path("mlflow/metrics/get-history", metrics.metrics_get_history),
     path("mlflow/metrics/get-history-bulk-interval", metrics.metrics_get_history_bulk_interval),
+    path("mlflow/metrics/get-history-bulk", metrics.metrics_get_history_bulk),
     path("mlflow/logged-models", logged_models.logged_models_create),
     path("mlflow/logged-models/search", logged_models.logged_models_search),
     path("mlflow/logged-models/<str:model_id>", logged_models.logged_model),

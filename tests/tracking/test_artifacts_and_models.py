@@ -153,6 +153,19 @@ def test_the_ajax_api_prefix_answers_like_the_api_and_keeps_outsiders_out(
     assert answers[0].status_code == answers[1].status_code == 200
     assert answers[1].json() == answers[0].json()
     assert [m["step"] for m in answers[1].json()["metrics"]] == [0, 1, 2, 3, 4]
+    # The UI's ajax-only read: one metric over several runs.
+    with mlflow.start_run() as other:
+        mlflow.log_metric("loss", 9.0, step=0)
+    bulk = requests.get(
+        f"{live_server.url}/ajax-api/2.0/mlflow/metrics/get-history-bulk",
+        params={"run_id": [run.info.run_id, other.info.run_id], "metric_key": "loss"},
+        headers=owner_auth,
+        timeout=30,
+    )
+    assert bulk.status_code == 200
+    assert sorted((m["run_id"], m["step"]) for m in bulk.json()["metrics"]) == sorted(
+        [(run.info.run_id, s) for s in range(5)] + [(other.info.run_id, 0)]
+    )
     outsider_answer = requests.get(
         f"{live_server.url}/ajax-api/2.0/mlflow/runs/get",
         params={"run_id": run.info.run_id},
