@@ -8,6 +8,7 @@ fast tests cover what needs no process: refusals, the query, the Kubernetes exec
 can be checked).
 """
 
+import asyncio
 import json
 import os
 import secrets
@@ -88,6 +89,19 @@ async def read_until(communicator, marker: bytes, timeout=30):
         assert message["type"] != "websocket.close", output
         output += message.get("bytes") or b""
     return output
+
+
+def processes_with(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if text.encode() in fh.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 # --- fast: no processes -----------------------------------------------------------------
@@ -263,6 +277,23 @@ def test_a_shell_in_a_running_job_sees_that_job_only_and_returns_its_exit_code(
         "shell",
         ["sh", "-c", "id -u; echo to-stderr >&2; exit 7"],
     ]
+
+    # A client that goes away takes its terminal with it.
+    marker = f"sleep 600 # {secrets.token_hex(6)}"
+
+    async def gone_away():
+        query = "command=" + quote(json.dumps(["sh", "-c", marker]))
+        communicator = await open_terminal(job, cookie, query)
+        for _ in range(300):
+            if processes_with(marker):
+                break
+            await asyncio.sleep(0.05)
+        running = processes_with(marker)
+        await communicator.disconnect()
+        return running
+
+    assert async_to_sync(gone_away)(), "the terminal's command never started"
+    wait_until(lambda: not processes_with(marker), timeout=15, what="the terminal to end")
 
     # The terminal ends with the job.
     async def ended_by_the_job():
