@@ -20,6 +20,7 @@ import typer
 
 from gantry_cli import datasets_cmd, models_cmd, sdk, shell, snapshot, spec
 from gantry_cli.sdk import Gantry, GantryError
+from gantry_cli.sweep import app as sweep_app
 from gantry_cli.ui import (
     Bar,
     JsonFlag,
@@ -41,6 +42,7 @@ app = typer.Typer(
 )
 app.add_typer(datasets_cmd.app, name="datasets")
 app.add_typer(models_cmd.app, name="models")
+app.add_typer(sweep_app, name="sweep")
 app.command("shell")(shell.shell)
 app.command("exec", context_settings={"allow_interspersed_args": False})(shell.exec_)
 

@@ -53,6 +53,8 @@ def gantry_server(job_settings, transactional_db, tmp_path):  # noqa: F811
     job_settings.GANTRY_URL = web.url
     worker = QCluster(tmp_path, web.url)
     worker.env["GANTRY_DATA_DIR"] = str(data)
+    # Sandboxed jobs may read tmp_path (job_settings adds it): a test signals them there.
+    worker.env["GANTRY_JOB_READ_ONLY_PATHS"] = ",".join(map(str, job_settings.GANTRY_JOB_READ_ONLY_PATHS))
     worker.start()
     try:
         yield web

@@ -1,5 +1,8 @@
 """`gantry logs -f` across a web server restart: the socket drops, the CLI reconnects from
-its last sequence number per worker, and the output holds every line exactly once."""
+its last sequence number per worker, and the output holds every line exactly once.
+
+The job prints half its lines, then waits for a file the test writes once uvicorn is
+restarting, so lines are logged both before the drop and after it, whatever the load."""
 
 import subprocess
 import threading
@@ -14,6 +17,7 @@ from tests.cli.conftest import cli_env, gantry_command
 pytestmark = pytest.mark.slow
 
 LINES = 80
+HALF = 40
 
 
 def test_logs_follow_survives_a_server_restart(
@@ -21,11 +25,14 @@ def test_logs_follow_survives_a_server_restart(
 ):
     code = tmp_path / "counting"
     code.mkdir()
+    go = tmp_path / "go"
     (code / "count.py").write_text(
-        "import time\n"
+        "import os, time\n"
         f"for i in range(1, {LINES} + 1):\n"
+        f"    while i > {HALF} and not os.path.exists({str(go)!r}):\n"
+        "        time.sleep(0.05)\n"
         "    print(f'line {i}', flush=True)\n"
-        "    time.sleep(0.1)\n"
+        "    time.sleep(0.02)\n"
     )
     submitted = gantry_cli(
         "run", "-p", "vision", "--name", "count", "--", "python", "count.py",
@@ -47,11 +54,12 @@ def test_logs_follow_survives_a_server_restart(
     reader.start()
     try:
         deadline = time.monotonic() + 120
-        while len(printed) < 10:
+        while f"line {HALF}\n" not in printed:
             assert follower.poll() is None, follower.stderr.read()
             assert time.monotonic() < deadline, f"no lines followed: {printed}"
             time.sleep(0.05)
         gantry_server.restart(down_seconds=1.5)
+        go.touch()  # the second half is printed while the CLI reconnects, or after
         returncode = follower.wait(timeout=180)
     finally:
         if follower.poll() is None:
