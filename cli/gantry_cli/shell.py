@@ -119,6 +119,8 @@ class Terminal:
         with contextlib.suppress(OSError, ConnectionClosed):
             while data := os.read(fd, 4096):
                 self.socket.send(data)
+            # Input piped in has ended: ^D, so the remote shell ends too (`cmds | gantry shell`).
+            self.socket.send(b"\x04")
 
     def send_size(self, *_args) -> None:
         with contextlib.suppress(OSError, ConnectionClosed):

@@ -3,6 +3,7 @@ sandboxed job): the shell runs in a real pty (pexpect) as a user's terminal woul
 the server's terminal is the job's sandbox (jobs/terminal.py)."""
 
 import os
+import subprocess
 import sys
 
 import pexpect
@@ -76,6 +77,17 @@ def test_gantry_shell_runs_commands_in_the_job_and_a_viewer_is_refused(
     assert done.returncode == 4, done.stderr
     assert done.stdout.splitlines()[0] == "out-4"
     assert "ready" in done.stdout.splitlines()
+
+    # Commands piped in: the shell runs them and ends with the input.
+    piped = subprocess.run(
+        [sys.executable, "-m", "gantry_cli", "shell", str(job.pk)],
+        input=b"echo piped-$((3*3))\n",
+        env=cli_env(gantry_server.url, write_token, tmp_path),
+        capture_output=True,
+        timeout=60,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert b"piped-9" in piped.stdout
 
     # A viewer (a tenant member without a project role) may watch the job, not enter it.
     _, viewer_token = account_services.create_api_token(actor=member, name="cli", scope="write")
