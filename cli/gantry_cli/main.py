@@ -189,6 +189,9 @@ def run(
     workers: Annotated[int | None, typer.Option(min=1, help="distributed: N workers")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", "-P", help="NAME=VALUE")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE")] = None,
+    input_: Annotated[
+        list[int] | None, typer.Option("--input", "-i", help="A dataset version id to mount")
+    ] = None,
     directory: Annotated[Path, typer.Option("--dir", help="The code to send")] = Path("."),
     follow: Annotated[
         bool, typer.Option("--follow", "-F", help="Stream the log; exit with the job's code")
@@ -202,6 +205,7 @@ def run(
         "project": project, "name": name, "image": image, "gpus": gpus, "cpus": cpus,
         "memory_mb": memory_mb, "workers": workers, "command": _command(command),
         "parameters": _key_values(param, "--param"), "env": _key_values(env, "--env"),
+        "inputs": [{"dataset_version": v} for v in input_ or []],
     }  # fmt: skip
     if workers and workers > 1:
         overrides["kind"] = "distributed"
@@ -240,14 +244,16 @@ def _command(words: list[str] | None) -> str | None:
 def ps(
     project: Annotated[str | None, typer.Option("--project", "-p")] = None,
     state: Annotated[str | None, typer.Option(help="e.g. running, queued")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only jobs you submitted")] = False,
     limit: Annotated[int, typer.Option(min=1)] = 20,
     as_json: JsonFlag = False,
 ) -> None:
-    """Your latest jobs."""
+    """The latest jobs you can see."""
     g = connect()
     with errors_as_exit_codes():
         project_id = g.project_id(project) if project else None
-        jobs = g.jobs.list(project=project_id, state=state, limit=limit)
+        user = g.me()["username"] if mine else None
+        jobs = g.jobs.list(project=project_id, state=state, user=user, limit=limit)
     if as_json:
         print_json(jobs)
         return

@@ -165,12 +165,16 @@ class Resource:
 
 
 class Jobs(Resource):
-    def list(self, project: int | None = None, state: str | None = None, limit: int = 50) -> list:
+    def list(self, project: int | None = None, state: str | None = None, user: str | None = None,
+             limit: int = 50) -> list:  # fmt: skip
+        """The newest jobs first, filtered as the job list page filters them."""
         params: dict[str, Any] = {}
         if project:
             params["project"] = project
         if state:
-            params["state"] = state
+            params["status"] = state
+        if user:
+            params["user"] = user
         return self.client.pages("jobs/", params, limit=limit)
 
     def get(self, job_id: int) -> dict:

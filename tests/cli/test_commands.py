@@ -93,6 +93,10 @@ def test_ps_why_and_cancel_a_queued_job(gantry, owner, project):
     assert code == 0, err
     job.refresh_from_db()
     assert job.state == "cancelled"
+    code, out, err = gantry("ps", "--state", "queued", "--json")
+    assert json.loads(out) == []
+    code, out, err = gantry("ps", "--state", "cancelled", "--mine", "--json")
+    assert [row["id"] for row in json.loads(out)] == [job.pk]
 
 
 def test_another_tenants_job_is_not_found_and_a_viewer_may_not_cancel(
@@ -222,3 +226,42 @@ def test_models_register_alias_and_predict_by_alias(gantry, owner, project):
     predicted = Job.objects.get(pk=json.loads(out)["id"])
     assert predicted.command == "python predict.py"
     assert gantry("models", "predict", "digits@staging", "--command", "x")[0] == 4
+
+
+def test_run_records_git_state_inputs_and_spec_from_gantry_yml(
+    gantry, fs_storage, owner, project, tmp_path  # noqa: F811
+):
+    import subprocess
+
+    from snapshots.models import CodeSnapshot
+    from tests.datasets.builders import upload_files
+
+    dataset = catalog.create_dataset(owner, project, name="Digits", slug="digits")
+    version = upload_files(owner, dataset, {"train.csv": b"a,b\n1,2\n"}).version
+    code_dir = tmp_path / "repo"
+    code_dir.mkdir()
+    (code_dir / "train.py").write_text("print('hi')\n")
+    (code_dir / "gantry.yml").write_text(
+        "project: lab-a/vision\nname: from yml\ncommand: python train.py\n"
+        "parameters: {lr: 0.1, epochs: 2}\nignore: ['*.tmp']\n"
+    )
+    (code_dir / "scratch.tmp").write_text("left out")
+    git = ["git", "-C", str(code_dir), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "train.py", "gantry.yml"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], check=True)
+    (code_dir / "train.py").write_text("print('changed')\n")  # dirty
+
+    code, out, err = gantry(
+        "run", "--dir", str(code_dir), "-P", "epochs=3", "-i", str(version.pk), "--json"
+    )
+
+    assert code == 0, err
+    job = Job.objects.get(pk=json.loads(out)["job"]["id"])
+    assert (job.name, job.command) == ("from yml", "python train.py")
+    assert job.parameters == {"lr": 0.1, "epochs": "3"}  # the command line's value wins
+    assert [i["dataset_version"] for i in job.inputs] == [version.pk]
+    snapshot = CodeSnapshot.objects.get(pk=job.code_snapshot_id)
+    assert sorted(snapshot.files.values_list("path", flat=True)) == ["gantry.yml", "train.py"]
+    assert snapshot.git_branch == "main" and snapshot.git_dirty is True
+    assert len(snapshot.git_commit) == 40
