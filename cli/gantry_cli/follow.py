@@ -19,7 +19,6 @@ from websockets.sync.client import connect
 
 from gantry_cli.sdk import Client, GantryError, Unreachable
 
-TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "lost", "preempted"}
 NO_METRICS = 2**62  # the log is what we want: skip the metric backfill
 CLOSE_ERRORS = {
     4401: ("the server no longer accepts this token", 401),

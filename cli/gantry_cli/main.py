@@ -46,8 +46,6 @@ app.add_typer(sweep_app, name="sweep")
 app.command("shell")(shell.shell)
 app.command("exec", context_settings={"allow_interspersed_args": False})(shell.exec_)
 
-TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "lost", "preempted"}
-
 
 @app.command()
 def login(
