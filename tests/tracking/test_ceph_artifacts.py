@@ -14,6 +14,7 @@ import requests
 from django.core.signals import request_started
 
 from datasets import storage
+from modelhub.models import ModelVersion
 from tests.datasets.conftest import ceph, s3_storage  # noqa: F401 - the session's Ceph
 from tracking.models import LoggedModel, Run
 
@@ -77,6 +78,16 @@ def test_logged_artifacts_and_models_land_in_the_bucket(
     assert [f.path for f in client.list_artifacts(run.run_id, "reports")] == ["reports/report.txt"]
     loaded = mlflow.sklearn.load_model(info.model_uri)
     assert np.array_equal(loaded.predict(x[800:900]), model.predict(x[800:900]))
+    # Registered on the model hub, whose files are in the bucket too, and loaded from there.
+    version = mlflow.register_model(info.model_uri, "digits-tree")
+    hub = ModelVersion.objects.get(model__name="digits-tree", number=int(version.version))
+    pickled = hub.files.get(path="model.pkl")
+    head = storage.s3_client().head_object(
+        Bucket=storage.bucket(), Key=storage.s3_key(pickled.file.name)
+    )
+    assert head["ContentLength"] == pickled.size == stored[f"{model_prefix}model.pkl"]
+    registered = mlflow.sklearn.load_model(f"models:/digits-tree/{version.version}")
+    assert np.array_equal(registered.predict(x[900:950]), model.predict(x[900:950]))
 
 
 def test_multipart_upload_goes_straight_to_the_gateway(
