@@ -28,9 +28,10 @@ import contextlib
 import logging
 from datetime import datetime
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F
+from django.http import Http404
 from django.utils import timezone
 from optuna.trial import TrialState as OptunaState
 
@@ -110,7 +111,8 @@ def report(sweep: Sweep, study, trial: Trial, now) -> bool:
                 study.tell(trial.number, state=OptunaState.PRUNED)
                 trial.state, trial.reason, trial.finished_at = TrialState.PRUNED, reason, now
                 trial.save(update_fields=["state", "reason", "finished_at"])
-                cancel_job(None, job, reason)
+                with contextlib.suppress(ValidationError):  # it ended meanwhile
+                    cancel_job(None, job, reason)
                 return True
         return False
     if job.state == JobState.SUCCEEDED and values:
@@ -200,6 +202,10 @@ def launch(sweep: Sweep, study, trials: list[Trial], now) -> int:
     if any(t.job is not None and t.job.state in WAITING for t in running):
         return 0  # a trial waits for GPUs: add none until it runs
     slots = sweep.parallelism - len(running)
+    if slots > 0 and sweep.created_by is None:
+        reason = "a trial could not be submitted: the account that started the sweep was deleted"
+        finish(sweep, study, trials, SweepState.FAILED, reason, now)
+        return 0
     if sweep.max_trials:
         slots = min(slots, sweep.max_trials - len(trials))
     started = 0
@@ -207,8 +213,12 @@ def launch(sweep: Sweep, study, trials: list[Trial], now) -> int:
         try:
             with transaction.atomic():
                 submit_trial(sweep, study, len(trials) + started)
-        except ValidationError as exc:
-            reason = f"a trial could not be submitted: {' '.join(exc.messages)}"
+        except (ValidationError, PermissionDenied, Http404) as exc:
+            why = " ".join(exc.messages) if isinstance(exc, ValidationError) else (
+                f"{getattr(sweep.created_by, 'username', 'its creator')} may no longer submit "
+                "jobs in this project"
+            )
+            reason = f"a trial could not be submitted: {why}"
             finish(sweep, study, list(sweep.trials.select_related("job")), SweepState.FAILED, reason, now)
             return started
         started += 1

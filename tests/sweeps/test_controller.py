@@ -118,3 +118,18 @@ def test_stop_cancels_running_trials(make_sweep, owner):
     assert {j.state for j in Job.objects.all()} == {JobState.CANCELLED}
     with pytest.raises(Exception, match="already ended"):
         stop_sweep(owner, sweep)
+
+
+def test_a_sweep_whose_creator_may_no_longer_submit_stops_saying_so(make_sweep, owner, member, project):
+    from projects import services as project_services
+    from sweeps.models import Sweep
+
+    project_services.add_project_member(actor=owner, project=project, user=member, role="developer")
+    sweep = make_sweep()
+    Sweep.objects.filter(pk=sweep.pk).update(created_by=member)
+    project_services.remove_project_member(actor=owner, member=project.members.get(user=member))
+    control_sweep(sweep.pk)
+    sweep.refresh_from_db()
+    assert sweep.state == SweepState.FAILED
+    assert sweep.state_reason == "a trial could not be submitted: max may no longer submit jobs in this project"
+    assert not sweep.trials.exists()
