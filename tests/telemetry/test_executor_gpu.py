@@ -120,3 +120,28 @@ def test_executor_without_nvml_still_runs(server: FakeGantry, tmp_path: Path, mo
     assert [m["name"] for m in server.ordered_metrics()] == ["loss"]
     assert server.final_status()["outcome"] == "succeeded"  # type: ignore[index]
     assert "Traceback" not in err
+
+
+def test_the_jobs_own_gpu_memory_is_counted_where_nvml_lists_processes(
+    server: FakeGantry, tmp_path: Path, fake_nvml
+) -> None:
+    """NVML lists the GPU's processes: the job's (its command's process group) are summed,
+    another process on the same GPU is not."""
+    fake_nvml.set((60, 9000, 200000, 65))
+    server.spec["env"] = {"CUDA_VISIBLE_DEVICES": "0"}
+    server.spec["command"] = script(
+        tmp_path,
+        f"""
+        import os, time
+        # The job "allocates" 1500 MiB on the GPU; pid 1 holds 7000 MiB beside it.
+        with open({str(fake_nvml.script)!r}, "w") as fh:
+            fh.write(f"60 9000 200000 65 {{os.getpid()}}:1500 1:7000\\n")
+        time.sleep(1.0)
+        """,
+    )
+    code, err = run_executor(server, tmp_path, fast(fake_nvml))
+    assert code == 0, err
+    job_memory = [p["value"] for p in gpu_points(server) if p["name"] == "gpu0/job_memory_mb"]
+    assert job_memory and set(job_memory) == {1500}
+    device = {p["value"] for p in gpu_points(server) if p["name"] == "gpu0/memory_used_mb"}
+    assert device == {9000}
