@@ -55,7 +55,9 @@
     const canvas = document.getElementById("parallel-chart");
     if (!canvas || !canvas.getContext) return;
     const ratio = window.devicePixelRatio || 1;
-    const width = canvas.clientWidth || 500, height = canvas.clientHeight || 260;
+    const height = 260;
+    canvas.style.height = `${height}px`; // fixed: the width attribute below must not rescale it
+    const width = canvas.clientWidth || 500;
     canvas.width = width * ratio; canvas.height = height * ratio;
     const ctx = canvas.getContext("2d");
     ctx.scale(ratio, ratio);
@@ -71,12 +73,15 @@
     axes.forEach((axis, i) => {
       ctx.globalAlpha = 0.6; ctx.beginPath(); ctx.moveTo(x(i), y(0)); ctx.lineTo(x(i), y(1)); ctx.stroke();
       ctx.globalAlpha = 1; ctx.fillText(axis.label, x(i), 12);
-      axis.ticks.forEach((tick, k) => ctx.fillText(tick, x(i), k === 0 ? height - 6 : top - 2 + (axis.ticks.length > 2 ? 0 : 0)));
+      if (axis.ticks.length) {
+        ctx.fillText(axis.ticks[0], x(i), height - 6);
+        ctx.fillText(axis.ticks[axis.ticks.length - 1], x(i), top - 2);
+      }
     });
     // Worst first, so the best lines are drawn on top.
     const order = scored.slice().sort((a, b) => (maximize ? a.objective - b.objective : b.objective - a.objective));
     order.forEach((trial) => {
-      const quality = (trial.objective - lo) / (hi - lo || 1);
+      const quality = hi > lo ? (trial.objective - lo) / (hi - lo) : 1;
       const good = maximize ? quality : 1 - quality;
       ctx.strokeStyle = trial.state === "pruned" ? "rgba(253,126,20,0.5)" : `rgba(13,110,253,${0.2 + 0.8 * good})`;
       ctx.lineWidth = 1 + good;
@@ -84,7 +89,7 @@
       let drawn = false;
       axes.forEach((axis, i) => {
         const value = axis.name === "__objective" ? trial.objective : trial.params[axis.name];
-        if (value === undefined) { drawn = false; return; } // a conditional parameter not in this trial
+        if (value === undefined) return; // a conditional parameter this trial lacks: pass it by
         const p = y(Math.min(Math.max(axis.pos(value), 0), 1));
         if (drawn) ctx.lineTo(x(i), p); else ctx.moveTo(x(i), p);
         drawn = true;
