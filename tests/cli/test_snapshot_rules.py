@@ -122,3 +122,34 @@ def test_gantry_yml_normalizes_what_the_api_takes(tmp_path):
         "inputs": [{"dataset_version": 12}],
         "ignore": ["data/"],
     }
+
+
+def test_gantry_yml_fields_are_the_job_apis_with_its_limits():
+    """gantry.yml is checked before anything is uploaded; the API checks again on submit.
+    The two must agree: every field gantry.yml takes (but its own `ignore`, and `image` and
+    `project`, which the CLI resolves by name) is a JobSubmit field with the same minimum."""
+    from jobs.api import JobSubmitSerializer
+
+    api = JobSubmitSerializer().fields
+    assert set(spec.FIELDS) - {"ignore"} <= set(api)
+    for name in ("gpus", "cpus", "memory_mb", "workers", "timeout_seconds", "max_retries"):
+        with pytest.raises(spec.SpecError):
+            spec.validate({name: api[name].min_value - 1})
+        assert spec.validate({name: api[name].min_value}) == {name: api[name].min_value}
+    assert set(spec.KINDS) == set(api["kind"].choices)
+
+
+def test_shell_completion_completes_commands_and_subcommands():
+    import os
+    import subprocess
+    import sys
+
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "_GANTRY_COMPLETE": "complete_bash", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split()) - 1)}  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "gantry_cli"], env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+        return done.stdout.split()
+
+    assert complete("gantry da") == ["datasets"]
+    assert complete("gantry datasets p") == ["push", "pull"]
