@@ -133,3 +133,25 @@ def test_a_sweep_whose_creator_may_no_longer_submit_stops_saying_so(make_sweep, 
     assert sweep.state == SweepState.FAILED
     assert sweep.state_reason == "a trial could not be submitted: max may no longer submit jobs in this project"
     assert not sweep.trials.exists()
+
+
+def test_an_mlflow_only_trial_feeds_the_pruner_from_its_runs_metrics(make_sweep, owner):
+    """A script that logs with MLflow (relayed to its job's run) rather than the executor."""
+    from tracking.jobenv import run_for_job
+    from tracking.services.access import Caller
+    from tracking.services.runs import log_batch
+
+    sweep = make_sweep(parallelism=1, budget={"trials": 2})
+    control_sweep(sweep.pk)
+    (job,) = trial_jobs(sweep)
+    run(job)
+    run_record = run_for_job(job)
+    metrics = [{"key": "val_accuracy", "value": v, "timestamp": 1000 + i, "step": i} for i, v in enumerate([0.4, 0.7])]
+    log_batch(Caller(owner), run_record.run_id, metrics=metrics)
+    control_sweep(sweep.pk)
+    trial = sweep.trials.get(number=0)
+    assert (trial.reported, trial.objective) == (2, 0.7)
+    end(job, JobState.SUCCEEDED)
+    control_sweep(sweep.pk)
+    trial.refresh_from_db()
+    assert trial.state == TrialState.COMPLETE and trial.objective == 0.7
