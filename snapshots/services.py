@@ -213,12 +213,16 @@ def receive_blob(actor, snapshot: CodeSnapshot, sha256: str, stream) -> None:
             )
         tmp.seek(0)
         storage.store_blob(sha256, tmp)
-    try:
-        with transaction.atomic():
-            Blob.objects.get_or_create(sha256=sha256, defaults={"size": expected})
-    except IntegrityError:  # a concurrent upload of the same content created it
-        pass
-    SnapshotFile.objects.filter(snapshot=snapshot, sha256=sha256, blob=None).update(blob_id=sha256)
+    # One transaction (one commit: on SQLite each commit is a disk sync, most of a PUT).
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                Blob.objects.get_or_create(sha256=sha256, defaults={"size": expected})
+        except IntegrityError:  # a concurrent upload of the same content created it
+            pass
+        SnapshotFile.objects.filter(snapshot=snapshot, sha256=sha256, blob=None).update(
+            blob_id=sha256
+        )
 
 
 @transaction.atomic
