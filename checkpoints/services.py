@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import F, Max
 from django.utils import timezone
 
 from checkpoints.models import (
@@ -216,9 +216,16 @@ def commit_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
 
 
 def latest_complete(job: Job) -> Checkpoint | None:
-    """What a new attempt of `job` resumes from: its own latest complete checkpoint, else
-    the checkpoint it was started from (a job started from a checkpoint)."""
-    own = Checkpoint.objects.complete().filter(job=job).order_by("-completed_at", "-pk").first()
+    """What a new attempt of `job` resumes from: its own latest complete checkpoint (the
+    highest step; the newest among equal or no steps), else the checkpoint it was started
+    from (a job started from a checkpoint)."""
+    # The furthest step first: a folder uploaded again later must not pass a newer one.
+    own = (
+        Checkpoint.objects.complete()
+        .filter(job=job)
+        .order_by(F("step").desc(nulls_last=True), "-completed_at", "-pk")
+        .first()
+    )
     if own is not None:
         return own
     source = ResumeSource.objects.filter(job=job).select_related("checkpoint").first()

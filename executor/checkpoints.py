@@ -133,7 +133,15 @@ class CheckpointAgent:
         self.client, self.workdir, self.worker, self.log = client, workdir, worker, log
         self.sandboxed = sandboxed is not None
         self.root = os.path.join(workdir, FOLDER)
+        # Uploaded (or refused) folders, kept across executors of a reused workdir, so a
+        # folder retention deleted on the server is not uploaded again after a requeue.
+        self.done_file = os.path.join(workdir, ".gantry", "checkpoints-done")
         self.done: set[str] = set()
+        try:
+            with open(self.done_file) as fh:
+                self.done = {line.strip() for line in fh if line.strip()}
+        except OSError:
+            pass
         self.saved = 0  # checkpoints this executor committed
         self.staged: str | None = None
         self._stop = threading.Event()
@@ -183,7 +191,7 @@ class CheckpointAgent:
             shutil.rmtree(dest, ignore_errors=True)
             os.rename(tmp, dest)
         self.staged = dest
-        self.done.add(name)
+        self._mark_done(name)
         self.log(f"resuming from checkpoint {name} (step {found.get('step')}): {RESUME_ENV}={self._inside(dest)}")
 
     def _get(self, path: str) -> Any:
@@ -261,7 +269,7 @@ class CheckpointAgent:
 
         if not _valid_name(name):
             self.log(f"checkpoint folder {name!r} ignored: letters, digits, '.', '_', '-' only")
-            self.done.add(name)
+            self._mark_done(name)
             return
         meta = _meta(folder)
         step = meta.get("step") if isinstance(meta.get("step"), int) else None
@@ -288,7 +296,16 @@ class CheckpointAgent:
         except (GiveUp, OSError) as exc:  # next scan tries again
             self.log(f"checkpoint {name} not uploaded yet: {exc}")
             return
+        self._mark_done(name)
+
+    def _mark_done(self, name: str) -> None:
         self.done.add(name)
+        try:
+            os.makedirs(os.path.dirname(self.done_file), exist_ok=True)
+            with open(self.done_file, "a") as fh:
+                fh.write(name + "\n")
+        except OSError:
+            pass
 
     # -- preemption -----------------------------------------------------------------
     def save_window(self, proc: Any, stopping_for_cancel: bool) -> bool:

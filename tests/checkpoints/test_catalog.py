@@ -206,3 +206,10 @@ def test_commit_checks_the_blob_is_in_storage(owner, project):
     with pytest.raises(CheckpointProblem):
         commit_checkpoint(c)
     assert latest_complete(job) is None
+
+
+def test_resume_takes_the_furthest_step_even_if_an_older_one_arrived_later(owner, project):
+    job, _ = launched(owner, project)
+    saved(job, "step-20", step=20, files={"w": b"twenty"})
+    saved(job, "step-10", step=10, files={"w": b"ten"})  # e.g. uploaded again after a requeue
+    assert latest_complete(job).step == 20
