@@ -127,6 +127,9 @@ class PredictSerializer(serializers.Serializer):
     inputs = serializers.JSONField(required=False)
     parameters = serializers.JSONField(required=False)
     gpus = serializers.IntegerField(required=False, min_value=0)
+    code_snapshot = serializers.IntegerField(
+        required=False, allow_null=True, help_text="A ready code snapshot of the model's project."
+    )
 
 
 class RegisteredModelViewSet(

@@ -75,7 +75,19 @@ class PredictForm(forms.Form):
         help_text="Dataset versions to stage, as job inputs (a JSON list); may be empty.",
     )
     gpus = forms.IntegerField(min_value=0, initial=0)
+    code_snapshot = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        label="Code",
+        empty_label="None",
+        help_text="An earlier upload of the project's code (e.g. the training job's, with "
+        "examples/predict_digits.py), staged read-only in the job's working directory.",
+    )
 
-    def __init__(self, *args, images, **kwargs):
+    def __init__(self, *args, images, snapshots=None, **kwargs):
+        from jobs.forms import snapshot_label
+
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = images
+        self.fields["code_snapshot"].queryset = snapshots
+        self.fields["code_snapshot"].label_from_instance = snapshot_label

@@ -247,7 +247,19 @@ class PredictView(ServiceFormView):
     success_message = "Submitted {object}."
 
     def get_form_kwargs(self, version):
-        return {"images": RuntimeImage.objects.visible_to(self.request.user)}
+        from snapshots.models import CodeSnapshot
+
+        snapshots = CodeSnapshot.objects.visible_to(self.request.user).filter(
+            project=version.model.project, state="ready"
+        )
+        # Preselected: the code of the job that trained this version.
+        job = version.source_job
+        initial = {"code_snapshot": job.code_snapshot_id} if job is not None else {}
+        return {
+            "images": RuntimeImage.objects.visible_to(self.request.user),
+            "snapshots": snapshots,
+            "initial": initial,
+        }
 
     def perform(self, form, version):
         data = form.cleaned_data
@@ -258,4 +270,5 @@ class PredictView(ServiceFormView):
             inputs=data["inputs"] or [],
             image=data["image"],
             gpus=data["gpus"],
+            code_snapshot=data["code_snapshot"],
         )

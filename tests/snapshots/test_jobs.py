@@ -135,3 +135,25 @@ def test_the_job_form_refuses_another_projects_code(client_for, owner, project, 
     assert response.status_code == 400  # the form again, with its error
     assert "Select a valid choice" in response.content.decode()
     assert not Job.objects.exists()
+
+
+def test_a_prediction_runs_with_code_and_the_form_offers_it(api_for, client_for, owner, project):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from modelhub import services as hub_services
+    from tests.modelhub.builders import safetensors_bytes
+
+    snapshot = make_snapshot(owner, project, {"examples/predict_digits.py": b"print(1)\n"})
+    model = hub_services.create_model(owner, project, name="digits")
+    version = hub_services.upload_version(
+        owner, model, [("model.safetensors", SimpleUploadedFile("m", safetensors_bytes()))]
+    )
+    response = api_for(owner).post(
+        f"/api/v1/model-versions/{version.pk}/predict/",
+        {"command": "python examples/predict_digits.py", "code_snapshot": snapshot.pk},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["code_snapshot"] == snapshot.pk
+    form = client_for(owner).get(f"/model-versions/{version.pk}/predict/").content.decode()
+    assert f"Code #{snapshot.pk}: 1 file" in form
