@@ -13,7 +13,10 @@
 # the usage report counts them. Nothing here is faked: no GANTRY_LOCAL_FAKE_GPUS.
 #
 # Written without a GPU machine at hand (the sessions that built it had none): it has
-# not been run yet. It checks its prerequisites first and says which one is missing.
+# not run on real GPUs yet. Rehearsed once on a machine without them, with the fake NVML
+# of tests/telemetry (two scripted GPUs, found by UUID), a stub nvidia-smi, and gloo on the
+# CPU in place of NCCL and CUDA: both workers sampled their own GPU and the job's usage was
+# reported. It checks its prerequisites first and says which one is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -38,9 +41,11 @@ assert dist.is_nccl_available(), "NCCL"
 EOF
 nvidia-smi --query-gpu=index,name,uuid,memory.total --format=csv
 
+# The job's script lives apart from Gantry's data: jobs may read the first, never the second.
 WORK=$(mktemp -d /tmp/gantry-gpu-check-XXXXXX)
+DATA=$(mktemp -d /tmp/gantry-gpu-check-data-XXXXXX)
 chmod 755 "$WORK"
-trap 'rm -rf "$WORK"' EXIT
+trap 'rm -rf "$WORK" "$DATA"' EXIT
 cat > "$WORK/ddp_busy.py" <<'EOF'
 """Both workers: matmuls and NCCL all-reduces for BUSY seconds, then sleep IDLE seconds."""
 import os
@@ -73,15 +78,15 @@ dist.destroy_process_group()
 EOF
 
 PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-export GANTRY_DATA_DIR="$WORK/data" GANTRY_URL="http://127.0.0.1:$PORT" GANTRY_ENV=development
+export GANTRY_DATA_DIR="$DATA" GANTRY_URL="http://127.0.0.1:$PORT" GANTRY_ENV=development
 export DEBUG=false LOG_LEVEL=WARNING GANTRY_GPU_SAMPLE_SECONDS=1
-export GANTRY_JOB_READ_ONLY_PATHS="examples/,$WORK"
+export GANTRY_JOB_READ_ONLY_PATHS="$PWD/examples,$WORK"
 export GPU_CHECK_WORK="$WORK" GPU_CHECK_BUSY="$SECONDS_BUSY" GPU_CHECK_OUT="$OUT"
 "$PY" manage.py migrate --noinput -v0
 "$PY" -m uvicorn config.asgi:application --host 127.0.0.1 --port "$PORT" \
     --no-access-log --lifespan off --log-level warning &
 SERVER=$!
-trap 'kill $SERVER 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill $SERVER 2>/dev/null; rm -rf "$WORK" "$DATA"' EXIT
 
 "$PY" - <<'EOF'
 import json
@@ -121,7 +126,7 @@ user = get_user_model().objects.create_user("gpucheck", password="gpu-check-pass
 tenant = account_services.create_tenant(actor=user, name="GPU check", slug="gpu-check")
 project = project_services.create_project(actor=user, tenant=tenant, name="DDP", slug="ddp")
 job = submit_job(
-    user, project, name="ddp-nccl", kind="distributed", workers=2, gpus=1, memory_mb=16384,
+    user, project, name="ddp-nccl", kind="distributed", workers=2, gpus=1, memory_mb=4096,
     command=f"python {work / 'ddp_busy.py'}", env={"BUSY": str(busy), "IDLE": str(idle),
     "NCCL_DEBUG": "WARN"}, timeout_seconds=int(busy + idle + 600),
 )
@@ -136,6 +141,12 @@ while True:
         raise SystemExit(f"job {job.pk} still {job.state} ({job.state_reason})")
     time.sleep(1)
 print(f"job #{job.pk}: {job.state} ({job.state_reason}); placement {job.placement.get('gpus')}")
+if job.state != "succeeded":
+    from jobs.models import LogChunk
+
+    for chunk in LogChunk.objects.filter(job=job).order_by("worker", "first_seq"):
+        for line in chunk.lines()[-40:]:
+            print(f"  w{chunk.worker} {line['stream']}: {line['text']}")
 
 running_at = job.events.filter(to_state="running").values_list("at", flat=True).first()
 points = MetricPoint.objects.filter(job=job, name__startswith="gpu").order_by("ts")
