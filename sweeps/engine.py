@@ -41,7 +41,9 @@ def sampler_for(sweep, trials_so_far: int):
     if sweep.sampler == "random":
         return RandomSampler(seed=seed)
     if sweep.sampler == "grid":
-        return _Grid(grid_of(sweep.space), seed=seed)
+        # Trial n runs point n of a grid shuffled by the seed: the shuffle must be the
+        # same in every pass, or a later pass would repeat points of an earlier one.
+        return _Grid(grid_of(sweep.space), seed=sweep.seed)
     if sweep.sampler == "cmaes":
         return CmaEsSampler(seed=seed, n_startup_trials=2, warn_independent_sampling=False)
     return TPESampler(seed=seed, n_startup_trials=min(5, max(2, (sweep.max_trials or 10) // 4)))

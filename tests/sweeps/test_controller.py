@@ -2,6 +2,8 @@
 their jobs are moved by jobs' own state machine and metric ingestion (no process runs:
 the backend's part is what tests/sweeps/test_sweep_digits.py exercises for real)."""
 
+import json
+
 import pytest
 
 from jobs.models import Job
@@ -58,6 +60,7 @@ def test_the_sweep_ends_when_its_trial_budget_is_spent_with_the_best_trial(make_
     assert "budget spent: 3 of 3 trials finished" in sweep.state_reason
     assert "best: trial 1, val_accuracy 0.9" in sweep.state_reason
     assert list(sweep.trials.values_list("objective", flat=True)) == [0.5, 0.9, 0.7]
+    assert set(sweep.importance) <= {"lr", "optimizer", "momentum"} and sweep.importance_trials == 3
 
 
 def test_a_sweep_whose_first_trials_all_fail_stops_with_the_reason(make_sweep):
@@ -155,3 +158,42 @@ def test_an_mlflow_only_trial_feeds_the_pruner_from_its_runs_metrics(make_sweep,
     control_sweep(sweep.pk)
     trial.refresh_from_db()
     assert trial.state == TrialState.COMPLETE and trial.objective == 0.7
+
+
+def test_budget_by_gpu_hours_counts_running_trials_and_stops_them(make_sweep):
+    from datetime import timedelta
+
+    sweep = make_sweep(budget={"gpu_hours": 0.5})
+    control_sweep(sweep.pk)
+    first, _second = trial_jobs(sweep)
+    run(first)
+    Job.objects.filter(pk=first.pk).update(started_at=first.started_at - timedelta(minutes=31))
+    control_sweep(sweep.pk)
+    sweep.refresh_from_db()
+    assert sweep.state == SweepState.SUCCEEDED and "budget spent: 0.5 GPU-hours" in sweep.state_reason
+    assert Job.objects.get(pk=first.pk).cancel_requested_at is not None
+
+
+@pytest.mark.parametrize("sampler", ["random", "grid", "tpe", "cmaes"])
+def test_every_sampler_proposes_points_of_the_space(make_sweep, sampler):
+    space = {
+        "width": {"type": "int", "low": 16, "high": 64, "step": 16},
+        "optimizer": {"type": "categorical", "choices": ["adam", "sgd"]},
+    }
+    if sampler != "grid":
+        space["lr"] = {"type": "loguniform", "low": 0.0001, "high": 0.1}
+    sweep = make_sweep(sampler=sampler, parameters=space, parallelism=3, budget={"trials": 6})
+    for _ in range(2):  # a second round, after the first trials ended, uses their results
+        control_sweep(sweep.pk)
+        for job in trial_jobs(sweep):
+            if job.state == JobState.QUEUED:
+                run(job)
+                report(job, "val_accuracy", 0.5)
+                end(job, JobState.SUCCEEDED)
+    points = [t.params for t in sweep.trials.all()]
+    assert len(points) == 6
+    for point in points:
+        assert point["width"] in (16, 32, 48, 64) and point["optimizer"] in ("adam", "sgd")
+        assert sampler == "grid" or 0.0001 <= point["lr"] <= 0.1
+    if sampler == "grid":
+        assert len({json.dumps(p, sort_keys=True) for p in points}) == 6, "no grid point twice"
