@@ -19,7 +19,7 @@ from django.utils import timezone
 from core import audit
 from jobs import states
 from jobs.models import Job, JobKind, MetricPoint
-from jobs.services.lifecycle import cancel_job
+from jobs.services.lifecycle import cancel_job, note_job
 from jobs.signals import job_alert
 from jobs.states import JobState
 from projects.permissions import require
@@ -224,6 +224,7 @@ def warn_idle(job: Job, reason: str, stop_at: datetime, now: datetime) -> IdleWa
         "unless its GPUs get to work"
     )
     watch = IdleWatch.objects.create(job=job, warned_at=now, stop_at=stop_at, message=message)
+    note_job(job, f"warned: {message}")
     transaction.on_commit(
         lambda: job_alert.send(None, job=job, kind="idle_warning", message=message)
     )

@@ -35,6 +35,11 @@ def _note(job: Job, reason: str, actor=None) -> None:
     )
 
 
+def note_job(job: Job, reason: str) -> None:
+    """A timeline entry from an app above jobs (telemetry's idle-GPU warning)."""
+    _note(job, reason)
+
+
 def report_backend_problem(job: Job, reason: str, *, terminal: bool) -> bool:
     """What a backend learned about a launched job that no executor can report, because
     none runs yet (the cluster refuses to create its pods, no node takes them).

@@ -70,9 +70,9 @@ def test_an_idle_gpu_notebook_is_warned_once_then_stopped_after_the_grace(projec
     assert check_idle(now)["warned"] == 1
     assert check_idle(now + timedelta(minutes=1)) == {"warned": 0, "stopped": 0, "withdrawn": 0}
     watch = IdleWatch.objects.get(job=job)
-    assert "below 10% for 10 minutes" in watch.message and watch.stop_at == now + timedelta(
-        minutes=5
-    )
+    assert "below 10% for 10 minutes" in watch.message
+    assert watch.stop_at == now + timedelta(minutes=5)
+    assert job.events.filter(reason__startswith="warned: GPU utilization below 10%").count() == 1
     samples(job, [0], every=timedelta(0))
     assert check_idle(now + timedelta(minutes=5))["stopped"] == 1
     job.refresh_from_db()
