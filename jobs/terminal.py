@@ -202,10 +202,11 @@ class LocalSession:
         try:
             set_window(slave, cols, rows)
             if self.command:
-                # One command's output goes to a program, not a screen: no \r\n, no echo.
+                # One command's output goes to a program, not a screen: no \r\n, no
+                # echo. Input stays line by line, so ^D ends it (`cmds | gantry shell`).
                 attrs = termios.tcgetattr(slave)
                 attrs[1] &= ~termios.OPOST
-                attrs[3] &= ~(termios.ECHO | termios.ICANON)
+                attrs[3] &= ~termios.ECHO
                 termios.tcsetattr(slave, termios.TCSANOW, attrs)
             # setsid --ctty: a session of its own with the pty as its controlling
             # terminal, so ^C reaches the foreground job and bash has job control.

@@ -116,11 +116,14 @@ class Terminal:
     def send_keys(self) -> None:
         """stdin to the socket until stdin ends or the socket closes (a daemon thread)."""
         fd = sys.stdin.fileno()
+        last = b"\n"
         with contextlib.suppress(OSError, ConnectionClosed):
             while data := os.read(fd, 4096):
                 self.socket.send(data)
-            # Input piped in has ended: ^D, so the remote shell ends too (`cmds | gantry shell`).
-            self.socket.send(b"\x04")
+                last = data[-1:]
+            # Input piped in has ended: end it there too (^D; a second one after a
+            # last line without its newline), so `cmds | gantry shell JOB` ends.
+            self.socket.send(b"\x04" if last == b"\n" else b"\x04\x04")
 
     def send_size(self, *_args) -> None:
         with contextlib.suppress(OSError, ConnectionClosed):
@@ -157,7 +160,10 @@ def shell(
 ) -> None:
     """An interactive shell inside a running job (needs the job.exec permission)."""
     g = connect()
-    with errors_as_exit_codes(), open_terminal(g, job, worker, None) as socket:
+    # Commands piped in go to a shell that reads a pipe, not a terminal's line editor
+    # (which would take the final ^D for a character, depending on timing).
+    command = None if sys.stdin.isatty() else ["sh", "-c", "cat | sh"]
+    with errors_as_exit_codes(), open_terminal(g, job, worker, command) as socket:
         terminal = Terminal(socket, job)
         previous = None
         if hasattr(signal, "SIGWINCH"):

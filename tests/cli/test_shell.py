@@ -81,13 +81,13 @@ def test_gantry_shell_runs_commands_in_the_job_and_a_viewer_is_refused(
     # Commands piped in: the shell runs them and ends with the input.
     piped = subprocess.run(
         [sys.executable, "-m", "gantry_cli", "shell", str(job.pk)],
-        input=b"echo piped-$((3*3))\n",
+        input=b"echo piped-$((3*3))\nexit_code=7\nexit $exit_code",
         env=cli_env(gantry_server.url, write_token, tmp_path),
         capture_output=True,
         timeout=60,
     )
-    assert piped.returncode == 0, piped.stderr
-    assert b"piped-9" in piped.stdout
+    assert piped.returncode == 7, piped.stderr
+    assert piped.stdout == b"piped-9\n"
 
     # A viewer (a tenant member without a project role) may watch the job, not enter it.
     _, viewer_token = account_services.create_api_token(actor=member, name="cli", scope="write")
