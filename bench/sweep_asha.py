@@ -2,8 +2,8 @@
 """ASHA against random search without pruning, on the digits example: compute spent to
 reach a target validation accuracy, same trial budget, same seeds.
 
-    python bench/sweep_asha.py [--trials 16] [--epochs 10] [--seeds 0 1 2]
-        [--target 0.97] [--out bench/results/sweep_asha.json]
+    python bench/sweep_asha.py [--trials 16] [--epochs 10] [--seeds 0 1 2 3 4]
+        [--target 0.975] [--asha-min-resource 1 3] [--out bench/results/sweep_asha.json]
 
 Both arms use what a Gantry sweep builds (sweeps.engine.sampler_for / pruner_for: a
 RandomSampler seeded as the controller seeds it, and SuccessiveHalvingPruner with
@@ -45,8 +45,12 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--target", type=float, default=0.97)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--target", type=float, default=0.975)
+    parser.add_argument(
+        "--asha-min-resource", type=int, nargs="+", default=[1, 3],
+        help="ASHA's first rung (epochs); each value is an arm of its own",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "sweep_asha.json"))
     return parser.parse_args()
 
@@ -88,7 +92,7 @@ class Digits:
             yield accuracy, time.process_time() - started
 
 
-def run_arm(digits: Digits, pruner: str, seed: int, args) -> dict:
+def run_arm(digits: Digits, pruner: str, min_resource: int, seed: int, args) -> dict:
     import optuna
     from optuna.trial import TrialState
 
@@ -97,7 +101,7 @@ def run_arm(digits: Digits, pruner: str, seed: int, args) -> dict:
 
     sweep = SimpleNamespace(
         sampler="random", seed=seed, space=SPACE, max_trials=args.trials, direction="maximize",
-        pruner={"type": pruner, "min_resource": 1, "reduction_factor": 3},
+        pruner={"type": pruner, "min_resource": min_resource, "reduction_factor": 3},
     )
     study = optuna.create_study(
         sampler=engine.sampler_for(sweep, 0), pruner=engine.pruner_for(sweep), direction="maximize"
@@ -128,7 +132,7 @@ def run_arm(digits: Digits, pruner: str, seed: int, args) -> dict:
         study.tell(trial, last if state == TrialState.COMPLETE else None, state=state)
         rows.append({"trial": number, "params": params, "epochs": epoch, "last": round(last, 4), "state": state.name})
     return {
-        "pruner": pruner,
+        "arm": arm_name(pruner, min_resource),
         "seed": seed,
         "reached_target": reached,
         "total_cpu_seconds": round(spent, 2),
@@ -139,6 +143,10 @@ def run_arm(digits: Digits, pruner: str, seed: int, args) -> dict:
     }
 
 
+def arm_name(pruner: str, min_resource: int) -> str:
+    return "random" if pruner == "none" else f"asha_min{min_resource}"
+
+
 def main() -> int:
     args = parse_args()
     import django
@@ -147,20 +155,20 @@ def main() -> int:
     digits = Digits()
     runs = []
     for seed in args.seeds:
-        for pruner in ("none", "asha"):
-            run = run_arm(digits, pruner, seed, args)
+        for pruner, min_resource in [("none", 1)] + [("asha", m) for m in args.asha_min_resource]:
+            run = run_arm(digits, pruner, min_resource, seed, args)
             runs.append(run)
             hit = run["reached_target"]
             where = f"at {hit['cpu_seconds']:.1f} s (trial {hit['trial']})" if hit else "not reached"
             print(
-                f"seed {seed} {pruner:>4}: target {where}; "
+                f"seed {seed} {run['arm']:>11}: target {where}; "
                 f"budget {run['total_cpu_seconds']:.1f} s, {run['epochs_run']} epochs, "
                 f"{run['trials_pruned']} pruned, best {run['best_val_accuracy']}",
                 flush=True,
             )
 
-    def summary(pruner):
-        mine = [r for r in runs if r["pruner"] == pruner]
+    def summary(arm):
+        mine = [r for r in runs if r["arm"] == arm]
         hits = [r["reached_target"]["cpu_seconds"] for r in mine if r["reached_target"]]
         return {
             "seeds_reaching_target": len(hits),
@@ -178,10 +186,10 @@ def main() -> int:
         "target_val_accuracy": args.target,
         "seeds": args.seeds,
         "space": SPACE,
-        "asha": {"min_resource": 1, "reduction_factor": 3},
+        "asha": {"min_resource": args.asha_min_resource, "reduction_factor": 3},
         "cpu_threads": 1,
         "machine_load_at_start": os.getloadavg()[0],
-        "summary": {"random": summary("none"), "asha": summary("asha")},
+        "summary": {arm: summary(arm) for arm in dict.fromkeys(r["arm"] for r in runs)},
         "runs": runs,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
