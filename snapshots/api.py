@@ -3,6 +3,8 @@
 1. POST /snapshots/ {project, files: [{path, size, sha256, mode}], git} -> 201 with the
    contents still `missing` (none: the snapshot is ready at once).
 2. PUT /snapshots/<id>/blobs/<sha256>, the raw bytes -> 204 (checked against the manifest).
+   Many small contents at once: POST /snapshots/<id>/blobs, a tar whose members are named
+   by their sha256 -> {"received": [...], "missing": [...]} (one bad member refuses all).
 3. POST /snapshots/<id>/finalize -> the ready snapshot, or 400 naming what is missing.
 4. GET /snapshots/<id> (with up to 1,000 files), GET /snapshots/?project=<id>.
 
@@ -102,6 +104,7 @@ class SnapshotViewSet(
         "retrieve": "snapshot.view",
         "create": "snapshot.create",
         "blob": "snapshot.create",
+        "blobs": "snapshot.create",
         "finalize": "snapshot.create",
     }
 
@@ -150,6 +153,16 @@ class SnapshotViewSet(
         # The raw body as a stream: DRF's parsers would buffer it all.
         services.receive_blob(request.user, snapshot, sha256, request._request)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        request={"application/x-tar": OpenApiTypes.BINARY}, responses={200: OpenApiTypes.OBJECT}
+    )
+    @action(detail=True, methods=["post"], url_path="blobs", parser_classes=[parsers.FileUploadParser])
+    def blobs(self, request, pk=None):
+        """Many missing contents in one tar (members named by sha256), each checked."""
+        snapshot = self.get_object()
+        received = services.receive_blobs(request.user, snapshot, request._request)
+        return Response({"received": received, "missing": services.missing_blobs(snapshot)})
 
     @extend_schema(request=None, responses=SnapshotSerializer)
     @action(detail=True, methods=["post"])

@@ -160,3 +160,38 @@ def test_the_snapshot_page_browses_folders_and_shows_a_files_text(client_for, ow
     assert client.get(f"/code/{snapshot.pk}/", {"path": "nope"}).status_code == 404
     zipped = client.get(f"/code/{snapshot.pk}/download/")
     assert zipped.status_code == 200 and zipped["Content-Type"] == "application/zip"
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_many_small_files_go_in_one_tar_and_one_bad_member_refuses_the_batch(
+    api_for, owner, project
+):
+    api = api_for(owner)
+    tree = {f"src/m{i}.py": f"X = {i}  # batch test\n".encode() for i in range(5)}
+    body = _create(api, project, tree).json()
+    url = f"/api/v1/snapshots/{body['id']}/blobs"
+    members = {_sha(data): data for data in tree.values()}
+    bad = dict(members)
+    first = next(iter(bad))
+    bad[first] = bad[first].upper()  # same size, other bytes
+    refused = api.post(url, _tar(bad), content_type="application/x-tar")
+    assert refused.status_code == 400 and "nothing of this batch" in refused.json()["detail"]
+    assert not Blob.objects.filter(pk__in=list(members)).exists()
+    assert not any(default_storage.exists(blob_key(sha)) for sha in members)
+    assert api.post(url, b"not a tar", content_type="application/x-tar").status_code == 400
+    done = api.post(url, _tar(members), content_type="application/x-tar")
+    assert done.status_code == 200, done.content
+    assert sorted(done.json()["received"]) == sorted(members) and done.json()["missing"] == []
+    assert api.post(f"/api/v1/snapshots/{body['id']}/finalize").json()["state"] == "ready"
