@@ -45,7 +45,7 @@ class DjangoJournalBackend(BaseJournalBackend):
         for attempt in range(5):
             try:
                 with transaction.atomic():
-                    Sweep.objects.select_for_update().filter(pk=self.sweep_id).exists()
+                    list(Sweep.objects.select_for_update().filter(pk=self.sweep_id).values_list("pk"))
                     last = StudyLog.objects.filter(sweep_id=self.sweep_id).aggregate(n=Max("number"))["n"]
                     start = -1 if last is None else last
                     StudyLog.objects.bulk_create(
