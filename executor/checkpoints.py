@@ -17,8 +17,9 @@ server lacks, commit; Gantry lists the checkpoint only after the commit found ev
 Before the command starts, every worker stages the job's latest *complete* checkpoint
 into ``checkpoints/<name>/`` (downloaded into a hidden folder, checked, then renamed) and
 sets ``GANTRY_RESUME_FROM`` to it. On a preemption the command gets the save window:
-the preempt file appears, then SIGTERM only after ``save_seconds`` (or as soon as the
-command exits or a new checkpoint has been saved).
+the preempt file appears, then SIGTERM only after ``save_seconds`` (none if the command
+exits by itself; ``SAVED_GRACE_SECONDS`` after a checkpoint it wrote since the request
+has been saved, if it keeps running).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ RESUME_ENV = "GANTRY_RESUME_FROM"
 MARKER = ".complete"
 FOLDER = "checkpoints"
 SCAN_SECONDS = 1.0
+# After a checkpoint saved in the preemption save window, how long the command may take to
+# exit by itself before SIGTERM.
+SAVED_GRACE_SECONDS = 3.0
 
 
 def _valid_name(name: str) -> bool:
@@ -142,7 +146,7 @@ class CheckpointAgent:
                 self.done = {line.strip() for line in fh if line.strip()}
         except OSError:
             pass
-        self.saved = 0  # checkpoints this executor committed
+        self.last_marker = 0.0  # wall time of the newest committed checkpoint's marker
         self.staged: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -288,7 +292,8 @@ class CheckpointAgent:
                     path = f"checkpoints/{answer['id']}/files/{urllib.parse.quote(rel)}"
                     self.client.put_file(path, full, size, {"X-Gantry-Sha256": sha})
                 self.client.json("POST", f"checkpoints/{answer['id']}/commit", {"worker": self.worker})
-                self.saved += 1
+                marker = os.path.getmtime(os.path.join(folder, MARKER))
+                self.last_marker = max(self.last_marker, marker)
                 size = sum(s for _, _, s, _ in files)
                 self.log(f"checkpoint {name} (step {step}) saved: {len(files)} file(s), {size} bytes")
         except HttpError as exc:  # refused (quota, bad name): said once, not retried
@@ -322,11 +327,15 @@ class CheckpointAgent:
         if seconds <= 0:
             return False
         self.log(f"preempted: the command has {seconds:g} s to save a checkpoint before SIGTERM")
-        saved, end = self.saved, time.monotonic() + seconds
-        while time.monotonic() < end and proc.poll() is None and self.saved == saved:
+        # A checkpoint written after the request (not one from before, still uploading)
+        # ends the window early: the command then has a moment to exit by itself.
+        asked, end = time.time(), time.monotonic() + seconds
+        while time.monotonic() < end and proc.poll() is None:
+            if self.last_marker >= asked:
+                self.log("checkpoint saved inside the save window")
+                end = min(end, time.monotonic() + SAVED_GRACE_SECONDS)
+                asked = float("inf")
             time.sleep(0.1)
-        if self.saved > saved:
-            self.log("checkpoint saved inside the save window")
         if proc.poll() is not None:
             self.log("the command stopped by itself inside the save window")
             return True

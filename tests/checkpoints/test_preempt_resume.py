@@ -19,36 +19,55 @@ from tests.jobs.conftest import wait_for, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-TRAIN = """
-    import json, os, sys, time
-    import executor
-
-    total, every = 400, 25
-    step = 0
-    resume = executor.resume_from()
-    if resume:
-        with open(os.path.join(resume, "state.json")) as fh:
-            step = json.load(fh)["step"]
-        print(f"resumed from step {step}", flush=True)
-
-    def save(step):
-        os.makedirs("scratch", exist_ok=True)
-        with open("scratch/state.json", "w") as fh:
-            json.dump({"step": step}, fh)
-        executor.checkpoint("scratch", step=step, metrics={"loss": 1.0 / step})
-
-    while step < total:
-        step += 1
-        time.sleep(0.02)
-        print(f"step {step}", flush=True)
-        if executor.preemption_requested():
-            save(step)
-            print(f"saved step {step} on preemption", flush=True)
-            sys.exit(0)
-        if step % every == 0:
-            save(step)
-    print(f"finished at step {step}", flush=True)
+# The "model": y = 3x + 1 fitted by SGD, one sample per step, deterministic, so a run
+# preempted and resumed from its checkpoints must end with the uninterrupted run's weights.
+SGD = """
+def sgd(w, b, step):
+    x = (step % 10) / 10
+    err = w * x + b - (3 * x + 1)
+    return w - 0.05 * err * x, b - 0.05 * err
 """
+
+TRAIN = SGD + """
+import json, os, sys, time
+import executor
+
+total, every = 400, 25
+step, w, b = 0, 0.0, 0.0
+resume = executor.resume_from()
+if resume:
+    with open(os.path.join(resume, "state.json")) as fh:
+        step, w, b = json.load(fh)
+    print(f"resumed from step {step}", flush=True)
+
+def save(step):
+    os.makedirs("scratch", exist_ok=True)
+    with open("scratch/state.json", "w") as fh:
+        json.dump([step, w, b], fh)
+    executor.checkpoint("scratch", step=step, metrics={"w": w})
+
+while step < total:
+    step += 1
+    w, b = sgd(w, b, step)
+    time.sleep(0.02)
+    print(f"step {step}", flush=True)
+    if executor.preemption_requested():
+        save(step)
+        print(f"saved step {step} on preemption", flush=True)
+        sys.exit(0)
+    if step % every == 0:
+        save(step)
+print(f"finished at step {step}: w={w!r} b={b!r}", flush=True)
+"""
+
+
+def uninterrupted_weights() -> str:
+    scope: dict = {}
+    exec(SGD, scope)
+    w = b = 0.0
+    for step in range(1, 401):
+        w, b = scope["sgd"](w, b, step)
+    return f"w={w!r} b={b!r}"
 
 
 def text(job):
@@ -58,7 +77,7 @@ def text(job):
 def test_preempted_job_checkpoints_in_its_save_window_and_resumes(running_jobs, owner, project, tmp_path, settings):
     settings.GANTRY_PREEMPT_SAVE_SECONDS = 60
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(TRAIN))
+    script.write_text(TRAIN)
     job = submit_job(owner, project, name="loop", command=f"python {script}")
     wait_for(job, "running", "failed", timeout=60)
     wait_until(lambda: Checkpoint.objects.complete().filter(job=job).exists(), 60, "a periodic checkpoint")
@@ -81,7 +100,8 @@ def test_preempted_job_checkpoints_in_its_save_window_and_resumes(running_jobs, 
     window = log.split("preempted: the command has 60 s", 1)[1]
     assert "sending SIGTERM" not in window.split("job finished")[0]
     assert f"resumed from step {saved.step}" in log
-    assert "finished at step 400" in log
+    # The resumed model is the uninterrupted run's (same weights, bit for bit).
+    assert f"finished at step 400: {uninterrupted_weights()}" in log
     assert log.count("\nstep 1\n") + log.startswith("step 1\n") <= 1  # never started over
     assert latest_complete(job).step >= saved.step
 
