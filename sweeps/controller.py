@@ -201,7 +201,11 @@ def launch(sweep: Sweep, study, trials: list[Trial], now) -> int:
     running = [t for t in trials if t.state == TrialState.RUNNING]
     if any(t.job is not None and t.job.state in WAITING for t in running):
         return 0  # a trial waits for GPUs: add none until it runs
-    slots = sweep.parallelism - len(running)
+    # A pruned trial's job holds its resources until it has stopped: it still counts.
+    in_flight = [
+        t for t in trials if t.state == TrialState.RUNNING or (t.job is not None and not t.job.is_terminal)
+    ]
+    slots = sweep.parallelism - len(in_flight)
     if slots > 0 and sweep.created_by is None:
         reason = "a trial could not be submitted: the account that started the sweep was deleted"
         finish(sweep, study, trials, SweepState.FAILED, reason, now)

@@ -97,6 +97,11 @@ def test_a_trial_behind_the_median_is_pruned_and_its_job_cancelled_with_the_reas
     bad.refresh_from_db()
     assert bad.cancel_requested_at is not None, "the running job is asked to stop"
     assert bad.state_reason.startswith("pruned at step 1: objective val_accuracy 0.2")
+    control_sweep(sweep.pk)
+    assert sweep.trials.count() == 2, "the pruned trial's job still holds its place until it stops"
+    end(bad, JobState.CANCELLED, "stopped")
+    control_sweep(sweep.pk)
+    assert sweep.trials.count() == 3
 
 
 def test_budget_by_wall_time_cancels_what_runs(make_sweep):
