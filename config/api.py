@@ -3,6 +3,7 @@
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import ApiTokenViewSet, InvitationViewSet, MembershipViewSet, TenantViewSet
+from checkpoints.api import CheckpointViewSet
 from datasets.api import (
     DatasetFileViewSet,
     DatasetVersionViewSet,
@@ -26,6 +27,7 @@ router.register("tokens", ApiTokenViewSet, basename="apitoken")
 router.register("invitations", InvitationViewSet, basename="invitation")
 router.register("jobs", JobViewSet, basename="job")
 router.register("artifacts", ArtifactViewSet, basename="artifact")
+router.register("checkpoints", CheckpointViewSet, basename="checkpoint")
 router.register("images", RuntimeImageViewSet, basename="image")
 router.register("image-builds", ImageBuildViewSet, basename="imagebuild")
 router.register("models", RegisteredModelViewSet, basename="registeredmodel")
