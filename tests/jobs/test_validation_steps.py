@@ -156,5 +156,6 @@ def test_validate_spec_returns_every_field_cleaned(backend):
         "max_retries": 0,
         "priority": 0,
         "inputs": [],
+        "code_snapshot": None,  # checked at submit by snapshots' services
         "outputs_dir": "outputs",
     }
