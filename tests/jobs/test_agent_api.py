@@ -10,7 +10,7 @@ from jobs.services.submit import submit_job
 from jobs.states import transition
 
 PREFIX = "api/v1/executor/"
-SAMPLE = {"<int:job_id>": None, "<int:pk>": "1", "<path:path>": "out/x.txt"}
+SAMPLE = {"<int:job_id>": None, "<int:pk>": "1", "<path:path>": "out/x.txt", "<str:sha256>": "0" * 64}
 
 
 @pytest.fixture(autouse=True)
