@@ -164,8 +164,11 @@ class SnapshotViewSet(
         services.receive_blob(request.user, snapshot, sha256, request._request)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
+    # The body is a tar (any Content-Type; the schema says octet-stream, which clients and
+    # schema tools know how to send).
     @extend_schema(
-        request={"application/x-tar": OpenApiTypes.BINARY}, responses={200: OpenApiTypes.OBJECT}
+        request={"application/octet-stream": OpenApiTypes.BINARY},
+        responses={200: OpenApiTypes.OBJECT},
     )
     @action(detail=True, methods=["post"], url_path="blobs", parser_classes=[UnreadBodyParser])
     def blobs(self, request, pk=None):
