@@ -334,6 +334,7 @@ SPECTACULAR_SETTINGS = {
         "UploadStateEnum": "datasets.models.UploadState",
         "ProjectVisibilityEnum": "projects.models.Visibility",
         "ImageVisibilityEnum": "images.models.ImageVisibility",
+        "SnapshotStateEnum": "snapshots.models.SnapshotState",
     },
 }
 
