@@ -18,7 +18,7 @@ once through `jobs.services.submit_job` (the API's code path, without HTTP).
 This process plays Gantry's background worker: admission passes and the launch task
 (`jobs.tasks.launch_admitted`, whose Kubernetes creates run in the backend's launch pool),
 back to back. Gantry's watcher runs as deployed, `manage.py k8s_watch` in its own
-process; a third process (`--driver`) plays what kwok cannot: the executor in each pod
+process; a third process (bench/k8s_scale_driver.py) plays what kwok cannot: the executor in each pod
 (its `started` report, given to the services as the HTTP view would) and the end of its
 command after the job's duration (the pod annotation kwok's pod-exit stage acts on).
 The controller-manager's and scheduler's client rate limits are off (as kwokctl's
@@ -38,23 +38,18 @@ Kueue's CI admission throughput (about 43 admissions/s).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import gzip
-import heapq
 import json
 import math
 import os
 import platform
-import queue
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -112,25 +107,6 @@ rules:
 """
 
 
-def report_started(started: queue.Queue, stop: threading.Event) -> None:
-    """The executors' `started` reports, as the HTTP view would make them, for each
-    (job, rank) the driver's watch saw Running, until the driver is stopped."""
-    from jobs.models import Job
-    from jobs.services.ingestion import record_worker_status
-
-    while not stop.is_set():
-        try:
-            job_id, rank = started.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        job = Job.objects.filter(pk=job_id).first()
-        if job is not None and job.state in ("starting", "running"):
-            try:
-                record_worker_status(job, rank, {"event": "started", "pid": 7})
-            except Exception as exc:
-                print("driver report:", exc, file=sys.stderr)
-
-
 def job_latencies(
     submitted_at: dict,
     spec_of: dict,
@@ -160,8 +136,17 @@ def job_latencies(
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def audit_verbs(audit: Path) -> Counter:
-    """Gantry's ServiceAccount's requests by verb, from the API server's audit log."""
+    """Gantry's ServiceAccount's requests by verb and resource, from the audit log."""
     verbs: Counter = Counter()
     if audit.exists():
         for line in audit.read_text().splitlines():
@@ -169,126 +154,12 @@ def audit_verbs(audit: Path) -> Counter:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            verbs[entry.get("verb", "?")] += 1
+            resource = (entry.get("objectRef") or {}).get("resource", "")
+            verbs[f"{entry.get('verb', '?')} {resource}".strip()] += 1
     return verbs
 
 
-def run_driver(data: Path) -> int:
-    """The kubelets' and executors' part, in its own process: for every pod that kwok
-    makes Running, the executor's `started` report (to the services, as the HTTP view
-    would) and, after the job's duration, the end of its command (the pod annotation
-    kwok's pod-exit stage acts on); GPUs held by Running pods, sampled every 2 s. Pods
-    are read as raw JSON from one watch (the client's model objects cost more CPU than
-    the rest of the driver)."""
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    from kubernetes import client, config
-
-    from jobs.backends import k8s_manifests as m
-
-    cfg = client.Configuration()
-    config.load_kube_config(str(data / "admin.kubeconfig"), client_configuration=cfg)
-    core = client.CoreV1Api(client.ApiClient(cfg))
-    seconds_of = {int(k): v for k, v in json.loads((data / "durations.json").read_text()).items()}
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    running_at: dict[tuple[int, int], float] = {}
-    started: queue.Queue = queue.Queue()
-    exits: list = []
-    lock = threading.Lock()
-    gpus_running: dict[str, int] = {}
-    samples: list[tuple[float, int]] = []
-    selector = ",".join(f"{k}={v}" for k, v in m.MANAGED_BY.items())
-
-    def on_pod(kind: str, pod: dict) -> None:
-        meta, status = pod["metadata"], pod.get("status") or {}
-        key = meta["namespace"] + "/" + meta["name"]
-        if kind == "DELETED" or status.get("phase") != "Running":
-            gpus_running.pop(key, None)
-            return
-        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-        job_id = int(labels[m.LABEL_JOB])
-        rank = int(annotations.get(m.INDEX_ANNOTATION, labels.get(m.LABEL_RANK, "0")))
-        limits = pod["spec"]["containers"][0].get("resources", {}).get("limits") or {}
-        gpus_running[key] = int(limits.get("nvidia.com/gpu", "0"))
-        if (job_id, rank) in running_at:
-            return
-        running_at[(job_id, rank)] = time.time()
-        started.put((job_id, rank))
-        with lock:
-            heapq.heappush(
-                exits, (time.time() + seconds_of.get(job_id, 10), meta["name"], meta["namespace"])
-            )
-
-    def watcher():
-        version = None
-        while not stop.is_set():
-            try:
-                if version is None:
-                    listing = json.loads(
-                        core.list_pod_for_all_namespaces(
-                            label_selector=selector, _preload_content=False
-                        ).data
-                    )
-                    for pod in listing["items"]:
-                        on_pod("SYNC", pod)
-                    version = listing["metadata"]["resourceVersion"]
-                response = core.list_pod_for_all_namespaces(
-                    label_selector=selector,
-                    watch=True,
-                    resource_version=version,
-                    timeout_seconds=30,
-                    _preload_content=False,
-                )
-                for line in response:
-                    event = json.loads(line)
-                    if event["type"] == "ERROR":
-                        version = None  # 410 Gone: list again
-                        break
-                    on_pod(event["type"], event["object"])
-                    version = event["object"]["metadata"]["resourceVersion"]
-            except Exception as exc:  # the stream ended badly: watch again
-                print("driver watch:", exc, file=sys.stderr)
-                time.sleep(1)
-
-    exit_zero = {"metadata": {"annotations": {"stage.gantry.dev/exit-code": "0"}}}
-
-    def finisher():
-        last_sample = 0.0
-        while not stop.is_set():
-            now = time.time()
-            due = []
-            with lock:
-                while exits and exits[0][0] <= now:
-                    due.append(heapq.heappop(exits))
-            for _, name, ns in due:
-                with contextlib.suppress(client.exceptions.ApiException):  # gone already
-                    core.patch_namespaced_pod(name, ns, exit_zero, _preload_content=False)
-            if now - last_sample >= 2:
-                samples.append((now, sum(gpus_running.values())))
-                last_sample = now
-            time.sleep(0.1)
-
-    for target in (watcher, finisher):
-        threading.Thread(target=target, daemon=True).start()
-    report_started(started, stop)
-    (data / "driver.json").write_text(
-        json.dumps(
-            {
-                "running_at": [[j, r, t] for (j, r), t in running_at.items()],
-                "gpu_samples": samples,
-            }
-        )
-    )
-    return 0
-
-
 def main() -> int:
-    if len(sys.argv) == 3 and sys.argv[1] == "--driver":
-        return run_driver(Path(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=1000)
@@ -388,6 +259,32 @@ def main() -> int:
 
         backend._create_attempt = timed_create
 
+        # Where a launch's time goes: the launching thread (database, manifests, the
+        # hand-over to the pool) and each pool create (the API server's answers).
+        import jobs.tasks as job_tasks
+
+        split: dict[str, list[float]] = {"launch_job": [], "pool_create": []}
+        original_launch_job = job_tasks.launch_job
+
+        def timed_launch_job(job):
+            t0 = time.perf_counter()
+            try:
+                return original_launch_job(job)
+            finally:
+                split["launch_job"].append(time.perf_counter() - t0)
+
+        job_tasks.launch_job = timed_launch_job
+        original_timed_create = backend._create_attempt
+
+        def pool_create(ref, manifests):
+            t0 = time.perf_counter()
+            try:
+                original_timed_create(ref, manifests)
+            finally:
+                split["pool_create"].append(time.perf_counter() - t0)
+
+        backend._create_attempt = pool_create
+
         def apiserver_requests() -> float:
             """All requests the API server has served (its /metrics), from every client."""
             total = 0.0
@@ -434,12 +331,12 @@ def main() -> int:
             submitted_at[job.pk] = time.time()
             spec_of[job.pk] = j
         submit_seconds = time.time() - t_submit0
-        # The kubelets' and executors' part, in a process of its own (see `driver`).
+        # The kubelets' and executors' part, in a process of its own (bench/k8s_scale_driver.py).
         (data / "durations.json").write_text(
             json.dumps({pk: spec["seconds"] for pk, spec in spec_of.items()})
         )
         driver = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--driver", str(data)],
+            [sys.executable, str(ROOT / "bench" / "k8s_scale_driver.py"), str(data)],
             cwd=ROOT,
             env={**os.environ},
             stderr=open(data / "driver.log", "ab"),  # noqa: SIM115 (the process keeps it)
@@ -448,6 +345,12 @@ def main() -> int:
 
         capacity = args.nodes * GPUS_PER_NODE
         requests_before, t_requests0 = apiserver_requests(), time.time()
+        # Who used the machine's CPU while the jobs ran: Gantry's processes, the
+        # simulated kubelets and executors, and each control-plane component.
+        pids = {"gantry_scheduler_and_launcher": os.getpid(), "gantry_k8s_watch": watcher.pid,
+                "driver_kubelets_and_executors": driver.pid}
+        pids.update((name, proc.pid) for name, proc in cluster.processes.items())
+        cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         passes: list[tuple[int, float]] = []
         launch_runs: list[tuple[int, float]] = []
         first_pass: set[int] = set()  # the burst: what the first pass admitted at once
@@ -475,6 +378,7 @@ def main() -> int:
             time.sleep(0.05)
         elapsed = time.monotonic() - began
         all_requests = apiserver_requests() - requests_before
+        cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
         requests_seconds = time.time() - t_requests0
         for helper in helpers:
             helper.terminate()
@@ -520,6 +424,10 @@ def main() -> int:
                 "gantry_admitted_to_objects_created_later_passes": summary(lat["later"]),
                 "cluster_objects_created_to_running": summary(lat["cluster"]),
                 "launch_concurrency": settings.GANTRY_K8S_LAUNCH_CONCURRENCY,
+                "launch_split": {
+                    "launching_thread_per_job": summary(split["launch_job"]),
+                    "pool_create_per_attempt": summary(split["pool_create"]),
+                },
                 "client_qps_limits": args.client_qps_limits,
                 "launch": {
                     "launched": sum(n for n, _ in launch_runs),
@@ -548,11 +456,16 @@ def main() -> int:
                     "steady_mean": round(statistics.fmean(steady), 3) if steady else None,
                     "max": round(max(util), 3) if util else None,
                 },
+                "cpu_seconds_while_running": {
+                    **cpu_used,
+                    "wall_s": round(requests_seconds, 1),
+                    "machine_cpus": os.cpu_count(),
+                },
                 "gantry_api_requests": {
                     "total": total,
                     "per_s": round(total / max(1.0, elapsed), 1),
                     "per_job": round(total / max(1, args.jobs), 2),
-                    "by_verb": dict(verbs),
+                    "by_verb_and_resource": dict(verbs),
                 },
                 "apiserver_requests_all_clients": {
                     "total": int(all_requests),

@@ -1,7 +1,7 @@
 """The Kubernetes API side of the backend: which clusters there are and how to reach them
 (`ClusterRef`, `Connection`), plain words for what went wrong (`describe_error`), node
-resources, and the one-object calls a launch makes (create, adopt, delete again, wait for
-a quota to be counted). Nothing here touches the database or a job.
+resources, and the one-object calls a launch makes (create, delete again, wait for a
+quota to be counted). Nothing here touches the database or a job.
 """
 
 from __future__ import annotations
@@ -189,20 +189,6 @@ def create_any(conn: Connection, manifest: dict, **options):
     if create is None:
         raise ValueError(f"cannot create a {kind}")
     return create(ns, manifest, **options)
-
-
-def adopt(conn: Connection, manifest: dict, owner: dict) -> None:
-    """Hang the Secret, Service and gang NetworkPolicy on the workload, so they go
-    when it goes."""
-    ns, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
-    patch = {"metadata": {"ownerReferences": [owner]}}
-    options = {"_request_timeout": conn.timeout, "_preload_content": False}
-    if manifest["kind"] == "Secret":
-        conn.core.patch_namespaced_secret(name, ns, patch, **options)
-    elif manifest["kind"] == "NetworkPolicy":
-        conn.networking.patch_namespaced_network_policy(name, ns, patch, **options)
-    else:
-        conn.core.patch_namespaced_service(name, ns, patch, **options)
 
 
 def delete_created(conn: Connection, manifest: dict) -> None:

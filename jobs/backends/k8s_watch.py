@@ -359,7 +359,16 @@ def _stopped_by_cluster(backend, ref, k8s_job, message: str) -> str:
 
 
 def _no_pods(status) -> bool:
-    return not status or not (status.active or status.ready or status.succeeded or status.failed)
+    """No pod active, ready, ended or being counted as ended (between a pod's end and
+    `succeeded`, the controller lists it in uncountedTerminatedPods with `active` 0)."""
+    if not status:
+        return True
+    uncounted = status.uncounted_terminated_pods
+    counting = uncounted is not None and (uncounted.succeeded or uncounted.failed)
+    return not (
+        status.active or status.ready or status.succeeded or status.failed or counting
+        or getattr(status, "terminating", None)
+    )
 
 
 def job_attempt_of(obj, default: int) -> int:
@@ -471,8 +480,10 @@ def on_job_event(backend, ref, event_type: str, k8s_job) -> str:
                 report_ended(job, worker.rank, verdict)
                 job.refresh_from_db()
             return verdict.status
-    if _no_pods(status) and k8s_job.metadata.name:
-        # No pod yet: perhaps the namespace's quota, LimitRange or a webhook refuses them.
+    if _no_pods(status) and status and status.start_time and k8s_job.metadata.name:
+        # No pod after the Job controller's first sync (it sets startTime, and `active`
+        # with the pods it made): perhaps the namespace's quota, LimitRange or a webhook
+        # refuses them. Not before it: every new Job would cost a list of events.
         verdict = check_failed_create(
             job, backend, ref, k8s_job.metadata.namespace, k8s_job.metadata.name
         )

@@ -33,7 +33,6 @@ from jobs.backends.k8s_client import (
     ClusterError,
     ClusterRef,
     Connection,
-    adopt,
     await_quota,
     create_object,
     delete_created,
@@ -405,22 +404,24 @@ class KubernetesBackend(Backend):
 
     def _create_attempt(self, ref: ClusterRef, manifests: list[dict]) -> None:
         """In a launch thread: the API only, never the database (the launching thread
-        owns the job's rows and reports the outcome). What was created before a failure
-        is deleted again."""
+        owns the job's rows and reports the outcome). The workload first, then what it
+        owns with the owner reference in its body: one request per object (a patch each
+        afterwards made a train job three). Its pods may want the token Secret a moment
+        before it exists: the kubelet retries the mount. A failure deletes what was made."""
         try:
             conn = self._thread_connection(ref)
-            created = []
+            workload, created = manifests[-1], []
             try:
-                for manifest in manifests:
-                    created.append((manifest, create_object(conn, manifest)))
-                workload, uid = created[-1]
-                owner_ref = m.owner_reference(
-                    workload["kind"], workload["apiVersion"], workload["metadata"]["name"], uid
-                )
-                for manifest, _ in created[:-1]:
-                    adopt(conn, manifest, owner_ref)
+                uid = create_object(conn, workload)
+                created.append(workload)
+                name = workload["metadata"]["name"]
+                owner = m.owner_reference(workload["kind"], workload["apiVersion"], name, uid)
+                for manifest in manifests[:-1]:
+                    owned = m.owned_by(manifest, owner)
+                    create_object(conn, owned)
+                    created.append(owned)
             except Exception:
-                for manifest, _ in reversed(created):
+                for manifest in reversed(created):
                     with contextlib.suppress(Exception):
                         delete_created(conn, manifest)
                 raise

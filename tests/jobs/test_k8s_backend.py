@@ -168,11 +168,14 @@ def test_launch_creates_namespace_quota_secret_and_job_all_schema_valid(kube, ow
     # What went over the wire is valid Kubernetes, strictly.
     for body in created.values():
         kubernetes_validate.validate(body, "1.31.0", strict=True)
-    # The Secret is owned by the Job: deleting the Job (or its TTL) removes it.
-    patch = kube.made("PATCH", "secrets")[0]["body"]
-    owner_ref = patch["metadata"]["ownerReferences"][0]
+    # The Secret is owned by the Job: deleting the Job (or its TTL) removes it. The Job
+    # is created first, so the Secret is created owned (two requests, no patch).
+    assert [r["resource"] for r in kube.made("POST") if r["resource"] in ("jobs", "secrets")] == [
+        "jobs", "secrets"]
+    owner_ref = secret["metadata"]["ownerReferences"][0]
     assert (owner_ref["kind"], owner_ref["name"]) == ("Job", name)
     assert owner_ref["uid"] == kube.get("jobs", "gantry-lab-a", name)["metadata"]["uid"]
+    assert not kube.made("PATCH")
     assert job.placement["namespace"] == "gantry-lab-a"
     assert job.placement["cluster"] == "fake"
 
@@ -686,12 +689,29 @@ def test_a_burst_of_admitted_jobs_is_created_concurrently_and_each_attempt_once(
 
 
 def test_a_create_the_api_refuses_fails_the_attempt_with_its_words_and_leaves_nothing(kube, owner, project):
-    kube.refuse_creates["jobs"] = (403, 'jobs.batch is forbidden: User "gantry" cannot create resource "jobs"')
+    kube.refuse_creates["secrets"] = (403, 'secrets is forbidden: User "gantry" cannot create resource "secrets"')
     job = launch(owner, project, max_retries=1)
     assert job.state == "queued"  # retried: the attempt failed
-    assert "attempt 1 failed (could not start: cluster fake refused Gantry's credentials (HTTP 403: jobs.batch is forbidden" in job.state_reason
-    assert kube.get("secrets", "gantry-lab-a", f"gantry-job-{job.pk}-a1-token") is None  # created, then deleted
-    assert [r["name"] for r in kube.made("DELETE", "secrets")] == [f"gantry-job-{job.pk}-a1-token"]
+    assert "attempt 1 failed (could not start: cluster fake refused Gantry's credentials (HTTP 403: secrets is forbidden" in job.state_reason
+    assert kube.get("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a1") is None  # created, then deleted
+    assert [r["name"] for r in kube.made("DELETE", "jobs")] == [f"gantry-job-{job.pk}-a1"]
+
+
+def test_a_job_the_controller_has_not_synced_does_not_look_up_events(kube, owner, project):
+    """A new Job's first watch events come before the Job controller made its pods (no
+    startTime yet): no FailedCreate can be there, so no list of events per launch. The
+    same while an ended pod is being counted."""
+    job = launch(owner, project)
+    obj = json.loads(json.dumps(kube.get("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a1")))
+    obj.pop("status", None)
+    # Nor while the controller counts an ended pod (active 0, not yet succeeded).
+    counting = {"startTime": stamp(), "active": 0, "uncountedTerminatedPods": {"succeeded": ["u1"]}}
+    kube.script_watch("jobs", event("ADDED", obj, 951), event("MODIFIED", {**obj, "status": {}}, 952),
+                      event("MODIFIED", {**obj, "status": counting}, 953))
+    job_watch().watch_once()
+    assert not kube.made("GET", "events")
+    job.refresh_from_db()
+    assert job.state == "starting"
 
 
 def test_cancel_while_the_objects_are_being_created_deletes_them_and_cancels(kube, owner, project):
@@ -700,7 +720,7 @@ def test_cancel_while_the_objects_are_being_created_deletes_them_and_cancels(kub
     job.refresh_from_db()
     kube.hold_creates = threading.Event()
     assert launch_job(job)
-    wait_for(lambda: kube.waiting_creates == 1, "the Secret's create in flight")
+    wait_for(lambda: kube.waiting_creates == 1, "the Job's create in flight")
     # Reconcile meanwhile: no Job yet, but it is being created, so nothing is lost.
     assert reconcile_job(job) is None
     job.refresh_from_db()
