@@ -239,3 +239,19 @@ def test_jobs_reach_gantrys_api_and_dns_only_and_a_gang_only_itself():
     deployment = next(d for d in web if d and d["kind"] == "Deployment")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert m.WEB_LABELS.items() <= labels.items()
+
+
+def test_what_the_workload_owns_is_created_owned_and_strictly_valid():
+    """The backend creates the workload first, then the rest already owned by it (no patch
+    afterwards): the owned copies carry the reference, the originals are left as they were."""
+    manifests = m.job_manifests(spec(kind="distributed", workers=2), CFG, tokens(2))
+    *owned, workload = manifests
+    assert workload["kind"] == "Job" and [x["kind"] for x in owned] == ["Secret", "NetworkPolicy", "Service"]
+    ref = m.owner_reference("Job", "batch/v1", workload["metadata"]["name"], "0c8b-uid")
+    for manifest in owned:
+        copy = m.owned_by(manifest, ref)
+        assert copy["metadata"]["ownerReferences"] == [ref]
+        assert "ownerReferences" not in manifest["metadata"]
+        assert copy["metadata"]["name"] == manifest["metadata"]["name"]
+        for version in VERSIONS:
+            kubernetes_validate.validate(copy, version, strict=True)
