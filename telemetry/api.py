@@ -1,5 +1,7 @@
 """The usage report in the API: `GET /api/v1/gpu-usage/?tenant=&group=&period=&start=&end=`."""
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -13,6 +15,13 @@ class GpuUsageReportView(APIView):
 
     permission_actions = {"*": "authenticated"}
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(name, str, required=False)
+            for name in ("tenant", "group", "period", "start", "end")
+        ],
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
     def get(self, request):
         form, rows, totals = report_for(request, token_of(request))
         if rows is None:

@@ -335,6 +335,12 @@ SPECTACULAR_SETTINGS = {
         "ProjectVisibilityEnum": "projects.models.Visibility",
         "ImageVisibilityEnum": "images.models.ImageVisibility",
         "SnapshotStateEnum": "snapshots.models.SnapshotState",
+        "SweepStateEnum": "sweeps.models.SweepState",
+        "TrialStateEnum": "sweeps.models.TrialState",
+        "DeliveryStateEnum": "notifications.models.DeliveryState",
+        "CheckpointStateEnum": "checkpoints.models.CheckpointState",
+        "NotificationEventEnum": "notifications.models.Event",
+        "NotificationChannelEnum": "notifications.models.Channel",
     },
 }
 
