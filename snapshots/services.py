@@ -13,6 +13,7 @@ import re
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -25,7 +26,9 @@ from core import audit
 from core.formatting import format_size
 from datasets import storage
 from datasets.models import Blob, DatasetFile, blob_key
+from datasets.services import cleanup
 from datasets.services.paths import BATCH, check_tree, clean_path
+from datasets.services.quotas import check_quota
 from projects.permissions import can, require
 from snapshots.models import CodeSnapshot, SnapshotFile, SnapshotState
 
@@ -157,6 +160,7 @@ def create_snapshot(actor, project, files: Any, git: Any = None) -> tuple[CodeSn
     git_fields = clean_git(git)
     held = held_by_tenant(project.tenant_id, (f["sha256"] for f in cleaned))
     missing = sorted({f["sha256"] for f in cleaned} - held)
+    check_snapshot_quota(project, cleaned, set(missing))
     snapshot = CodeSnapshot.objects.create(
         project=project,
         created_by=actor,
@@ -180,6 +184,59 @@ def create_snapshot(actor, project, files: Any, git: Any = None) -> tuple[CodeSn
     )
     audit.record(actor, "snapshot.create", snapshot, files=len(cleaned), missing=len(missing))
     return snapshot, missing
+
+
+def check_snapshot_quota(project, files: list[dict[str, Any]], missing: set[str]) -> None:
+    """The contents the tenant does not hold yet must fit in its storage quota (snapshot
+    blobs count there, beside datasets' and checkpoints')."""
+    new_bytes = sum({f["sha256"]: f["size"] for f in files if f["sha256"] in missing}.values())
+    if not new_bytes:
+        return
+    try:
+        check_quota(project.tenant, new_bytes)
+    except ValidationError as exc:
+        raise ValidationError(
+            f"The code snapshot does not fit in the storage quota: {' '.join(exc.messages)} "
+            "Leave data and weights out (.gitignore or .gantryignore), delete old dataset "
+            "versions, or ask a lab administrator for more."
+        ) from None
+
+
+def tenant_snapshot_blobs(tenant):
+    """The blobs a tenant's snapshots hold (datasets' quota service counts them)."""
+    return SnapshotFile.objects.filter(snapshot__project__tenant=tenant, blob__isnull=False).values(
+        "blob"
+    )
+
+
+def expire_pending_snapshots(now=None) -> int:
+    """Delete snapshots still pending GANTRY_SNAPSHOT_PENDING_HOURS after they were created
+    (an upload given up), then the contents only they held (datasets' garbage collection,
+    limited to those contents; one that arrived within its grace hour waits for the daily
+    run). Returns how many snapshots went."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(hours=settings.GANTRY_SNAPSHOT_PENDING_HOURS)
+    stale = CodeSnapshot.objects.filter(
+        state=SnapshotState.PENDING, created_at__lt=cutoff, jobs=None
+    ).values_list("pk", flat=True)
+    removed = 0
+    for pk in list(stale[:1000]):
+        with transaction.atomic():
+            snapshot = (
+                CodeSnapshot.objects.select_for_update()
+                .filter(pk=pk, state=SnapshotState.PENDING)
+                .select_related("project__tenant")
+                .first()
+            )
+            if snapshot is None:  # finalized meanwhile
+                continue
+            shas = sorted(set(snapshot.files.exclude(blob=None).values_list("blob_id", flat=True)))
+            audit.record(None, "snapshot.expire", snapshot, files=snapshot.file_count)
+            snapshot.delete()
+        for i in range(0, len(shas), BATCH):
+            cleanup.collect_garbage(now=now, among=shas[i : i + BATCH])
+        removed += 1
+    return removed
 
 
 def receive_blob(actor, snapshot: CodeSnapshot, sha256: str, stream) -> None:

@@ -189,5 +189,8 @@ GANTRY_DATASET_IMPORT_PREFIXES = setting("str", "GANTRY_DATASET_IMPORT_PREFIXES"
 # Code snapshots (snapshots/): the most files and megabytes one snapshot may hold.
 GANTRY_SNAPSHOT_MAX_FILES = setting("int", "GANTRY_SNAPSHOT_MAX_FILES", 20_000)
 GANTRY_SNAPSHOT_MAX_MB = setting("int", "GANTRY_SNAPSHOT_MAX_MB", 200)
+# A snapshot never finalized is deleted this many hours after it was created (with the
+# contents only it held).
+GANTRY_SNAPSHOT_PENDING_HOURS = setting("int", "GANTRY_SNAPSHOT_PENDING_HOURS", 24)
 if GANTRY_UPLOAD_PART_MB < 5:
     fail("GANTRY_UPLOAD_PART_MB", "must be at least 5 (the S3 minimum part size)")

@@ -50,13 +50,15 @@ def _unreferenced() -> dict[str, bool]:
     return {f"{rel.name}__isnull": True for rel in Blob._meta.related_objects if not rel.hidden}
 
 
-def collect_garbage(grace: timedelta = timedelta(hours=1), now=None) -> int:
+def collect_garbage(grace: timedelta = timedelta(hours=1), now=None, among=None) -> int:
     """Delete blobs nothing refers to any more (older than `grace`, so a commit that is
-    storing blobs right now keeps them)."""
+    storing blobs right now keeps them); only those in `among` (sha256 values) if given."""
     now = now or timezone.now()
     candidates = Blob.objects.filter(created_at__lt=now - grace, **_unreferenced()).exclude(
         sha256__in=UploadFile.objects.exclude(blob=None).values("blob")
     )
+    if among is not None:
+        candidates = candidates.filter(sha256__in=list(among))
     removed = 0
     for sha in list(candidates.values_list("sha256", flat=True)[:10_000]):
         with transaction.atomic():
