@@ -111,3 +111,9 @@ def test_a_snapshot_over_the_storage_quota_is_refused_and_nothing_is_stored(
     )
     assert fits.status_code == 201, fits.content
     assert fits.json()["state"] == "ready"
+
+
+def test_the_expiry_task_is_scheduled_at_migrate():
+    from django_q.models import Schedule
+
+    assert set(tasks.SCHEDULES) <= set(Schedule.objects.values_list("name", flat=True))
