@@ -13,7 +13,9 @@ import hashlib
 import os
 import stat
 import subprocess
-from collections.abc import Callable
+import tarfile
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,12 +184,88 @@ def git_state(root: Path) -> dict | None:
     }
 
 
+# Missing contents travel many to a request, as the job form sends them: a tar of up to
+# about BATCH_BYTES / BATCH_FILES whose members are named by their sha256 (one request per
+# small file costs more than its bytes). A file bigger than a batch goes alone, by PUT.
+BATCH_BYTES = 4 * MiB
+BATCH_FILES = 500
+IN_FLIGHT = 4
+BLOCK = tarfile.BLOCKSIZE
+
+
+class Changed(GantryError):
+    exit_code = 2
+
+
+def plan(entries: list[FileEntry], batch_bytes: int = BATCH_BYTES,
+         batch_files: int = BATCH_FILES) -> tuple[list[list[FileEntry]], list[FileEntry]]:  # fmt: skip
+    """(tar batches, files sent alone): contents in the given order, each batch at most
+    `batch_bytes` of contents and `batch_files` members; a file over `batch_bytes` goes alone."""
+    batches: list[list[FileEntry]] = []
+    alone: list[FileEntry] = []
+    current: list[FileEntry] = []
+    size = 0
+    for entry in entries:
+        if entry.size > batch_bytes:
+            alone.append(entry)
+            continue
+        if current and (size + entry.size > batch_bytes or len(current) >= batch_files):
+            batches.append(current)
+            current, size = [], 0
+        current.append(entry)
+        size += entry.size
+    return batches + ([current] if current else []), alone
+
+
+def _padding(size: int) -> int:
+    return -size % BLOCK
+
+
+def tar_length(entries: list[FileEntry]) -> int:
+    """The exact length of `tar_stream(entries)`: a header block per member, its bytes
+    padded to a block, and the two zero blocks that end an archive."""
+    return sum(BLOCK + e.size + _padding(e.size) for e in entries) + 2 * BLOCK
+
+
+def _read_exactly(entry: FileEntry) -> Iterator[bytes]:
+    left = entry.size
+    with open(entry.source, "rb") as fh:
+        while left:
+            chunk = fh.read(min(CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            yield chunk
+        if left or fh.read(1):
+            raise Changed(f"{entry.path} changed while it was being sent; run again")
+
+
+def tar_stream(
+    entries: list[FileEntry], sent: Callable[[int], None] | None = None
+) -> Iterator[bytes]:
+    """A tar of `entries` (members named by sha256) built as it is read, a chunk at a time;
+    `sent(size)` after each member's bytes."""
+    for entry in entries:
+        info = tarfile.TarInfo(entry.sha256)
+        info.size, info.mode = entry.size, 0o644
+        yield info.tobuf(format=tarfile.USTAR_FORMAT)
+        yield from _read_exactly(entry)
+        if _padding(entry.size):
+            yield bytes(_padding(entry.size))
+        if sent:
+            sent(entry.size)
+    yield bytes(2 * BLOCK)
+
+
 @dataclass
 class Uploaded:
     snapshot: dict
     files: int
     blobs_sent: int
     bytes_sent: int
+    requests: int = 1  # the manifest's POST, the tars, the PUTs and the finalize
+    batches: int = 0
+    puts: int = 0
 
     def summary(self) -> dict:
         return {
@@ -197,6 +275,7 @@ class Uploaded:
             "size": self.snapshot.get("size"),
             "uploaded_blobs": self.blobs_sent,
             "uploaded_bytes": self.bytes_sent,
+            "upload_requests": self.requests,
             "git": self.snapshot.get("git"),
         }
 
@@ -207,12 +286,13 @@ def upload(
     tree: Tree,
     git: dict | None,
     progress: Callable[[int, int], None] | None = None,
-    workers: int = 4,
+    workers: int = IN_FLIGHT,
 ) -> Uploaded:
-    """Creates the snapshot, sends the missing contents (each once, in parallel), finalizes.
+    """Creates the snapshot, sends the missing contents (each once: small ones in tar
+    batches, a big one alone; at most `workers` requests in flight), finalizes.
 
-    `progress(total_bytes, sent_now)` is called once with 0 sent to size the bar, then
-    after each blob."""
+    `progress(total_bytes, sent_now)` is called once with 0 sent to size the bar, then as
+    each content's bytes go out."""
     created = g.snapshots.create(project, [f.manifest() for f in tree.files], git)
     missing = set(created.get("missing", []))
     by_hash: dict[str, FileEntry] = {}
@@ -222,22 +302,36 @@ def upload(
     total = sum(e.size for e in by_hash.values())
     if progress:
         progress(total, 0)
+    batches, alone = plan(list(by_hash.values()))
+    lock = threading.Lock()
     sent = 0
+
+    def count(size: int) -> None:
+        nonlocal sent
+        with lock:
+            sent += size
+        if progress:
+            progress(total, size)
+
+    def send_tar(batch: list[FileEntry]) -> None:
+        g.snapshots.put_blobs(created["id"], tar_stream(batch, count), tar_length(batch))
+
+    def put(entry: FileEntry) -> None:
+        with open(entry.source, "rb") as fh:
+            g.snapshots.put_blob(created["id"], entry.sha256, fh)
+        count(entry.size)
+
     if by_hash:
-
-        def put(entry: FileEntry) -> int:
-            with open(entry.source, "rb") as fh:
-                g.snapshots.put_blob(created["id"], entry.sha256, fh)
-            return entry.size
-
         with ThreadPoolExecutor(workers) as pool:
-            futures = [pool.submit(put, e) for e in by_hash.values()]
+            futures = [pool.submit(put, e) for e in alone]
+            futures += [pool.submit(send_tar, b) for b in batches]
             for future in as_completed(futures):
-                size = future.result()
-                sent += size
-                if progress:
-                    progress(total, size)
+                future.result()
     snapshot = created
+    requests = 1 + len(batches) + len(alone)
     if created.get("state") != "ready":
         snapshot = g.snapshots.finalize(created["id"])
-    return Uploaded(snapshot, len(tree.files), len(by_hash), sent)
+        requests += 1
+    return Uploaded(
+        snapshot, len(tree.files), len(by_hash), sent, requests, len(batches), len(alone)
+    )
