@@ -10,6 +10,7 @@ are always left out.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import stat
 import subprocess
@@ -191,6 +192,7 @@ BATCH_BYTES = 4 * MiB
 BATCH_FILES = 500
 IN_FLIGHT = 4
 BLOCK = tarfile.BLOCKSIZE
+WRITE = 256 * 1024
 
 
 class Changed(GantryError):
@@ -243,18 +245,25 @@ def _read_exactly(entry: FileEntry) -> Iterator[bytes]:
 def tar_stream(
     entries: list[FileEntry], sent: Callable[[int], None] | None = None
 ) -> Iterator[bytes]:
-    """A tar of `entries` (members named by sha256) built as it is read, a chunk at a time;
-    `sent(size)` after each member's bytes."""
+    """A tar of `entries` (members named by sha256) built as it is read, in pieces of
+    about WRITE bytes (small members' headers and bytes gathered: one socket write each
+    piece, not three per file); `sent(size)` after each member's bytes."""
+    pending: list[bytes] = []
+    held = 0
     for entry in entries:
         info = tarfile.TarInfo(entry.sha256)
         info.size, info.mode = entry.size, 0o644
-        yield info.tobuf(format=tarfile.USTAR_FORMAT)
-        yield from _read_exactly(entry)
-        if _padding(entry.size):
-            yield bytes(_padding(entry.size))
+        padding = bytes(_padding(entry.size))
+        header = info.tobuf(format=tarfile.USTAR_FORMAT)
+        for piece in itertools.chain((header,), _read_exactly(entry), (padding,)):
+            pending.append(piece)
+            held += len(piece)
+            if held >= WRITE:
+                yield b"".join(pending)
+                pending, held = [], 0
         if sent:
             sent(entry.size)
-    yield bytes(2 * BLOCK)
+    yield b"".join(pending) + bytes(2 * BLOCK)
 
 
 @dataclass

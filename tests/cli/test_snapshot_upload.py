@@ -33,6 +33,28 @@ def test_batches_hold_at_most_the_batch_size_and_file_count_and_big_files_go_alo
     assert snapshot.plan([]) == ([], [])
 
 
+def test_the_streamed_tar_has_its_announced_length_and_a_file_changed_meanwhile_stops_it(tmp_path):
+    import hashlib
+    import io
+    import tarfile
+
+    files = []
+    for i, size in enumerate([0, 1, 511, 512, 513, 300_000, 1_048_577]):
+        data = os.urandom(size)
+        (tmp_path / f"f{i}").write_bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        files.append(snapshot.FileEntry(f"f{i}", size, 0o644, tmp_path / f"f{i}", sha))
+    body = b"".join(snapshot.tar_stream(files))
+    assert len(body) == snapshot.tar_length(files)
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r|") as tar:
+        names = [(m.name, hashlib.sha256(tar.extractfile(m).read()).hexdigest()) for m in tar]
+    assert names == [(f.sha256, f.sha256) for f in files]
+
+    (tmp_path / "f5").write_bytes(b"shorter now")
+    with pytest.raises(snapshot.Changed, match="f5 changed while it was being sent"):
+        b"".join(snapshot.tar_stream(files))
+
+
 @pytest.fixture
 def live_web(transactional_db, tmp_path):
     web = Uvicorn(tmp_path, GANTRY_DATA_DIR=str(tmp_path / "server-data"))
