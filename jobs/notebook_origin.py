@@ -211,6 +211,12 @@ async def _http(scope, receive, send):
     base = f"/jobs/{pk}/lab/"
     if path == base[:-1] or path == "/":
         return await _redirect(send, base)
+    # The job's TensorBoard (jobs.tensorboard) is served beside its notebook, same rule.
+    app = "tensorboard" if path.startswith(f"/jobs/{pk}/tensorboard") else "lab"
+    if app == "tensorboard":
+        base = f"/jobs/{pk}/tensorboard/"
+        if path == base[:-1]:
+            return await _redirect(send, base)
     if not path.startswith(base):
         return await _page(send, 404, "Not found", "There is nothing at this address.")
     sub = path[len(base) :]
@@ -218,7 +224,7 @@ async def _http(scope, receive, send):
     session = proxy.read_session(cookies.get(proxy.cookie_name(proxy.SESSION_COOKIE)), pk)
     if session is None:
         if method in ("GET", "HEAD") and not sub.startswith("api/"):
-            return await _start_entry(send, pk, sub, cookies)
+            return await _start_entry(send, pk, sub, cookies, app)
         return await _page(
             send, 403, "Not signed in", "Open this notebook from its job page in Gantry.",
             _gantry_job_link(pk),
@@ -227,18 +233,22 @@ async def _http(scope, receive, send):
         if _header(headers, "origin") != proxy.notebook_origin(pk):
             return await _page(send, 403, "Forbidden", "Cross-origin request refused.")
         sent = _header(headers, "x-xsrftoken") or _header(headers, "x-csrftoken")
-        if not proxy.xsrf_matches(session, sent):
+        # TensorBoard's frontend sends no token (only X-XSRF-Protected, which TensorBoard
+        # itself requires); the exact Origin above is what keeps other sites out there.
+        if app == "lab" and not proxy.xsrf_matches(session, sent):
             return await _page(send, 403, "Forbidden", "The XSRF token is missing or wrong.")
     try:
-        _, target = await sync_to_async(proxy.lookup)(session.user, pk, session.auth_hash)
+        _, target = await sync_to_async(proxy.lookup)(session.user, pk, session.auth_hash, app)
     except PermissionDenied:
         return await _page(
             send, 403, "Forbidden", "You may not use this notebook.", _gantry_job_link(pk)
         )
     except Http404:
-        return await _page(
-            send, 404, "Not found", "This job has no running notebook.", _gantry_job_link(pk)
+        missing = (
+            "This job has no running notebook." if app == "lab"
+            else "This job has written no TensorBoard event files."
         )
+        return await _page(send, 404, "Not found", missing, _gantry_job_link(pk))
     try:
         async with _in_flight(session.user, pk):
             await _relay(scope, receive, send, headers, target, session, sub)
@@ -249,15 +259,16 @@ async def _http(scope, receive, send):
         )
 
 
-async def _start_entry(send, pk: int, sub: str, cookies):
+async def _start_entry(send, pk: int, sub: str, cookies, app: str = "lab"):
     """No notebook session: get a ticket from Gantry, for this browser (the state cookie)."""
     state = cookies.get(proxy.cookie_name(proxy.STATE_COOKIE), "")
     if not proxy._STATE.fullmatch(state):
         state = secrets.token_urlsafe(32)
     query = urlencode({"state": state, **({"path": sub} if proxy.clean_path(sub) else {})})
+    entry = "tensorboard" if app == "tensorboard" else "notebook"
     await _redirect(
         send,
-        f"{settings.GANTRY_URL}/jobs/{pk}/notebook/?{query}",
+        f"{settings.GANTRY_URL}/jobs/{pk}/{entry}/?{query}",
         [_cookie(proxy.STATE_COOKIE, state, proxy.STATE_SECONDS)],
     )
 
@@ -278,7 +289,7 @@ async def _enter(scope, send, pk: int, cookies):
     session = proxy.make_session(user, auth_hash, pk)
     await _redirect(
         send,
-        f"/jobs/{pk}/lab/{quote(path, safe='/')}",
+        f"/jobs/{pk}/{quote(path, safe='/')}",
         [
             _cookie(proxy.SESSION_COOKIE, session, proxy.SESSION_SECONDS),
             _cookie(proxy.STATE_COOKIE, "", 0),
@@ -306,7 +317,7 @@ async def _relay(scope, receive, send, headers, target: proxy.NotebookTarget, se
         fd = proxy.open_notebook_socket(target)
     except OSError as exc:
         logger.warning("notebook of job %s is not answering: %r", session.job, exc)
-        return await _not_answering(send, session)
+        return await _not_answering(send, session, target)
     client = httpx.AsyncClient(
         transport=httpx.AsyncHTTPTransport(uds=f"/proc/self/fd/{fd}", verify=False),
         follow_redirects=False,
@@ -319,7 +330,23 @@ async def _relay(scope, receive, send, headers, target: proxy.NotebookTarget, se
         await client.aclose()
 
 
-async def _not_answering(send, session):
+async def _not_answering(send, session, target=None):
+    if target is not None and target.base_url.endswith("/tensorboard/"):
+        # Started on demand (jobs.tensorboard): the page comes back when it answers.
+        body = (
+            b"<!doctype html><meta charset=utf-8><title>Starting TensorBoard</title>"
+            b"<h1>Starting TensorBoard</h1><p>It reads the job's event files; this page "
+            b"reloads by itself in a moment.</p>"
+        )
+        return await _respond(
+            send, 503, body,
+            [
+                (b"content-type", b"text/html; charset=utf-8"),
+                (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+                (b"refresh", b"2"),
+                (b"retry-after", b"2"),
+            ],
+        )
     return await _page(
         send, 502, "Notebook not answering",
         "The notebook's server refused the connection. It may still be starting, or "
@@ -351,7 +378,7 @@ async def _relay_with(client, scope, send, upstream_headers, content, target, se
         )
     except httpx.TransportError as exc:
         logger.warning("notebook of job %s is not answering: %r", session.job, exc)
-        return await _not_answering(send, session)
+        return await _not_answering(send, session, target)
     try:
         await _send_response(send, method, upstream, target, session)
     finally:

@@ -322,8 +322,12 @@ def _auth_hash(user) -> str:
     return user.get_session_auth_hash()[:20]
 
 
-def lookup(user_id: int, pk: int, auth_hash: str | None = None):
-    """(job, target) for an active user who may exec in job `pk`, noting the activity.
+APPS = ("lab", "tensorboard")  # what the origin serves under /jobs/<id>/<app>/
+
+
+def lookup(user_id: int, pk: int, auth_hash: str | None = None, app: str = "lab"):
+    """(job, target) for an active user who may exec in job `pk`, noting the activity;
+    `app` "tensorboard": the job's TensorBoard (jobs.tensorboard) instead of its notebook.
 
     Sync (queries). Raises PermissionDenied for a user who is gone, inactive, has
     changed password or may not exec here, Http404 for a job they may not see or one
@@ -336,6 +340,13 @@ def lookup(user_id: int, pk: int, auth_hash: str | None = None):
     if user is None or (auth_hash is not None and not hmac.compare_digest(auth_hash, _auth_hash(user))):
         raise PermissionDenied("Open the notebook again from Gantry.")
     job = get_job_for_exec(user, pk)
+    if app == "tensorboard":
+        from jobs.tensorboard import tensorboard_target
+
+        board = tensorboard_target(job)
+        if board is None:
+            raise Http404("This job has written no TensorBoard event files.")
+        return job, board
     target = resolve_target(job)
     if target is None:
         raise Http404("This job has no running notebook.")
@@ -351,14 +362,18 @@ class TicketRefused(Exception):
     """A ticket that opens nothing; the message says why, in words for the user."""
 
 
-def mint_ticket(user, job, state: str, path: str = "") -> str:
-    """A ticket for `user` into `job`'s notebook, for the browser holding `state`."""
+def mint_ticket(user, job, state: str, path: str = "", app: str = "lab") -> str:
+    """A ticket for `user` into `job`'s notebook (or TensorBoard: `app`), for the browser
+    holding `state`."""
     payload = {"u": user.pk, "j": job.pk, "n": secrets.token_urlsafe(24), "s": state, "p": path}
+    if app != "lab":
+        payload["a"] = app
     return signing.dumps(payload, salt=TICKET_SALT)
 
 
 def redeem_ticket(ticket: str, state: str | None, pk: int) -> tuple[int, str, str]:
     """(user id, auth hash, path) of a good ticket into job `pk`; TicketRefused otherwise.
+    The path is under /jobs/<pk>/: "lab/..." or "tensorboard/...".
 
     Sync (queries). A ticket is spent as soon as its signature checks out, even when
     the access check after it fails.
@@ -388,8 +403,11 @@ def redeem_ticket(ticket: str, state: str | None, pk: int) -> tuple[int, str, st
     user = get_user_model().objects.filter(pk=data["u"], is_active=True).first()
     if user is None:
         raise TicketRefused("This notebook link is not valid.")
-    lookup(user.pk, pk)  # Http404 / PermissionDenied: access went since it was minted
-    return user.pk, _auth_hash(user), clean_path(str(data.get("p", "")))
+    app = data.get("a", "lab")
+    if app not in APPS:
+        raise TicketRefused("This notebook link is not valid.")
+    lookup(user.pk, pk, app=app)  # Http404 / PermissionDenied: access went since it was minted
+    return user.pk, _auth_hash(user), f"{app}/{clean_path(str(data.get('p', '')))}"
 
 
 class NotebookSession(NamedTuple):
@@ -453,7 +471,8 @@ def upstream_headers(headers: list[tuple[str, str]], token: str) -> dict[str, st
             out[name] = f"{out[name]}, {value}" if name in out else value
     if cookies:
         out["Cookie"] = "; ".join(cookies)
-    out["Authorization"] = f"token {token}"
+    if token:  # a TensorBoard (jobs.tensorboard) has none: its socket is the access
+        out["Authorization"] = f"token {token}"
     # Plain bytes, so that the token can be found and removed in what comes back.
     out["Accept-Encoding"] = "identity"
     return out

@@ -7,7 +7,9 @@ this view only checks `job.exec` and hands the browser a ticket for it (jobs/pro
 from django.urls import path
 
 from jobs.proxy import notebook_open
+from jobs.tensorboard import tensorboard_open
 
 urlpatterns = [
     path("jobs/<int:pk>/notebook/", notebook_open, name="notebook_open"),
+    path("jobs/<int:pk>/tensorboard/", tensorboard_open, name="tensorboard_open"),
 ]

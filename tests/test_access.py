@@ -42,6 +42,7 @@ PUBLIC |= {"accounts:invitation_accept"}
 # the allowed side against the real thing.
 COVERED_ELSEWHERE = {
     "notebook_open": "tests/jobs/test_notebook_origin.py",
+    "tensorboard_open": "tests/jobs/test_tensorboard.py",
 }
 SKIP_NAMESPACES = {"admin"}
 

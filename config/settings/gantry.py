@@ -115,6 +115,10 @@ if (
 # A notebook request that gets no answer in this many seconds answers 504 (kernels and
 # terminals talk over websockets, which have no such limit).
 GANTRY_NOTEBOOK_TIMEOUT_SECONDS = setting("float", "GANTRY_NOTEBOOK_TIMEOUT_SECONDS", 10.0)
+# TensorBoard for a job's logdir (jobs/tensorboard.py): stopped after this many idle
+# minutes; run by this Python (empty: Gantry's own, which the notebooks extra gives it).
+GANTRY_TENSORBOARD_IDLE_MINUTES = setting("float", "GANTRY_TENSORBOARD_IDLE_MINUTES", 30.0)
+GANTRY_TENSORBOARD_PYTHON = setting("str", "GANTRY_TENSORBOARD_PYTHON", "")
 if GANTRY_NOTEBOOK_TIMEOUT_SECONDS <= 0:
     fail("GANTRY_NOTEBOOK_TIMEOUT_SECONDS", "a number of seconds above 0")
 GANTRY_JOB_WORKDIR_RETENTION_HOURS = setting("int", "GANTRY_JOB_WORKDIR_RETENTION_HOURS", 72)

@@ -1,0 +1,264 @@
+"""TensorBoard for a job's logdir, served on the job's notebook origin.
+
+A job that wrote TensorBoard event files (``*tfevents*``) in its working directory (rank
+0's) gets "Open TensorBoard" on its page, running or finished. The button goes through
+the notebook hand-off (`jobs.proxy`: a ticket, the origin's own session, `job.exec` on
+every request) to ``<notebook origin>/jobs/<id>/tensorboard/``, which the origin relays
+to a TensorBoard server of that job. Gantry's cookies never reach it, as with notebooks.
+
+The server parses files the job's code wrote, so it is treated as the job's code: it
+runs `tensorboard_server.py` in a bubblewrap sandbox of its own, as the job's user, with
+no network (``--unshare-net``: loopback only), seeing the logdir read-only at /logs and
+nothing of Gantry, other jobs or the host beyond /usr, the interpreter and a few /etc
+files. It listens on a Unix socket in a directory only that user may enter (the origin,
+root, connects to it as to a notebook's: `proxy.open_notebook_socket` checks the owner).
+Gantry never imports tensorboard: it is a subprocess under GANTRY_TENSORBOARD_PYTHON.
+
+It is started on demand by the first request that finds it down (the origin then shows
+"starting" and reloads), and stops itself after GANTRY_TENSORBOARD_IDLE_MINUTES without
+a request. Kubernetes jobs have no local logdir, so no TensorBoard here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import render
+
+from jobs import proxy
+from jobs.backends import sandbox
+from jobs.backends.local import process_matches, process_start_time
+
+EVENT_MARK = "tfevents"  # TensorBoard event files: events.out.tfevents.<time>.<host>...
+SCAN_LIMIT = 5000  # entries looked at before giving up on finding one
+SOCKET = "tensorboard.sock"
+SERVER_SCRIPT = Path(__file__).with_name("tensorboard_server.py")
+INSIDE_SCRIPT = "/run/gantry/tensorboard_server.py"
+INSIDE_LOGS = "/logs"
+INSIDE_RUN = "/run/tensorboard"
+ETC = ("passwd", "group", "nsswitch.conf", "hosts", "localtime", "ld.so.cache", "ld.so.conf")
+USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def base_url(pk: int) -> str:
+    return f"/jobs/{int(pk)}/tensorboard/"
+
+
+def board_url(pk: int) -> str:
+    """TensorBoard of job `pk` on its origin."""
+    return proxy.notebook_origin(pk) + base_url(pk)
+
+
+def logdir(job) -> Path | None:
+    """Rank 0's working directory, when this machine holds it."""
+    from jobs.models import JobWorker
+
+    if job.backend != "local":
+        return None
+    worker = JobWorker.objects.filter(job=job, rank=0).first()
+    if worker is None or not worker.workdir:
+        return None
+    path = Path(worker.workdir)
+    return path if path.is_dir() else None
+
+
+def has_event_files(job) -> bool:
+    """Whether the job's logdir holds a TensorBoard event file (symlinks not followed)."""
+    root = logdir(job)
+    if root is None:
+        return False
+    seen = 0
+    for _dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".gantry"]
+        if any(EVENT_MARK in name for name in filenames):
+            return True
+        seen += len(dirnames) + len(filenames)
+        if seen > SCAN_LIMIT:
+            return False
+    return False
+
+
+def run_dir(job) -> Path:
+    return Path(settings.GANTRY_JOBS_DIR) / "_tensorboard" / str(job.pk)
+
+
+def server_uid(job) -> int:
+    """Whose TensorBoard it is: the job's user when sandboxed, Gantry's otherwise."""
+    return sandbox.job_uid(job) if sandbox.sandbox_status().available else os.getuid()
+
+
+def tensorboard_target(job) -> proxy.NotebookTarget | None:
+    """Where the origin relays /jobs/<id>/tensorboard/ (None: no event files here),
+    starting the server when it is not answering (it may still be starting then)."""
+    root = logdir(job)
+    if root is None:
+        return None
+    rundir = run_dir(job)
+    target = proxy.NotebookTarget(
+        "localhost", 0, "", base_url(job.pk), uds=str(rundir / SOCKET), uid=server_uid(job)
+    )
+    if not answering(target):
+        if not has_event_files(job):
+            return None
+        start(job, root, rundir, target.uid)
+    return target
+
+
+def answering(target: proxy.NotebookTarget) -> bool:
+    try:
+        fd = proxy.open_notebook_socket(target)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(1)
+            sock.connect(f"/proc/self/fd/{fd}")
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def start(job, root: Path, rundir: Path, uid: int) -> int | None:
+    """Start the job's TensorBoard unless one is already starting; its pid (or None)."""
+    rundir.parent.mkdir(parents=True, exist_ok=True)
+    pidfile = rundir.parent / f"{job.pk}.pid"
+    with open(rundir.parent / f"{job.pk}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            known = json.loads(pidfile.read_text())
+            if process_matches(known["pid"], known["start"]):
+                return None
+        rundir.mkdir(exist_ok=True)
+        os.chown(rundir, uid, uid)
+        os.chmod(rundir, 0o700)
+        python = settings.GANTRY_TENSORBOARD_PYTHON or sys.executable
+        with open(rundir.parent / f"{job.pk}.log", "ab") as log:
+            process = subprocess.Popen(
+                server_argv(job, python, root, rundir, uid),
+                cwd="/",
+                env=_environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        pidfile.write_text(json.dumps({"pid": process.pid, "start": process_start_time(process.pid)}))
+        return process.pid
+
+
+def _environment() -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
+def server_argv(job, python: str, root: Path, rundir: Path, uid: int) -> list[str]:
+    """The command line of the job's TensorBoard: sandboxed where jobs are."""
+    idle = str(settings.GANTRY_TENSORBOARD_IDLE_MINUTES * 60)
+    prefix = base_url(job.pk).rstrip("/")
+    status = sandbox.sandbox_status()
+    if not status.available:
+        return [python, str(SERVER_SCRIPT), str(rundir / SOCKET), str(root), prefix, idle]
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in USR_LINKS:
+        path = "/" + name
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ETC:
+        args += ["--ro-bind-try", "/etc/" + name, "/etc/" + name]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    made = {"/"}
+    for path in sandbox.runtime_paths(python):
+        if sandbox.exposes_gantry(path):
+            continue
+        parts = path.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            parent = "/" + "/".join(parts[:i])
+            if parent not in made:  # bwrap would make it 0700, closed to the job's user
+                args += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        args += ["--ro-bind", path, path]
+    args += ["--perms", "0755", "--dir", "/run", "--perms", "0755", "--dir", "/run/gantry"]
+    args += ["--ro-bind", str(SERVER_SCRIPT), INSIDE_SCRIPT]
+    args += ["--ro-bind", str(root), INSIDE_LOGS, "--bind", str(rundir), INSIDE_RUN]
+    if (root / ".gantry").is_dir():  # the executor's state: nothing for TensorBoard
+        args += ["--tmpfs", f"{INSIDE_LOGS}/.gantry"]
+    return [
+        status.bwrap,
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--new-session",
+        *args,
+        "--chdir",
+        "/tmp",
+        "--",
+        status.setpriv,
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+        python,
+        INSIDE_SCRIPT,
+        f"{INSIDE_RUN}/{SOCKET}",
+        INSIDE_LOGS,
+        prefix,
+        idle,
+    ]
+
+
+# --- Gantry's side: the button's target ---------------------------------------------------
+
+
+def tensorboard_open(request, pk: int):
+    """Send a user who may exec in job `pk` into its TensorBoard with a ticket (the
+    notebook hand-off of `jobs.proxy.notebook_open`, landing on /jobs/<id>/tensorboard/)."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    job = proxy.get_job_for_exec(request.user, pk)
+    if request.GET.get("panel"):  # the job page's panel (htmx): the button, when it applies
+        context = {"has_events": has_event_files(job), "job_pk": job.pk}
+        return render(request, "jobs/_job_tensorboard_panel.html", context)
+    if not has_event_files(job):
+        raise Http404("This job has written no TensorBoard event files.")
+    state = request.GET.get("state", "")
+    if not proxy._STATE.fullmatch(state):
+        return HttpResponseRedirect(board_url(job.pk))
+    ticket = proxy.mint_ticket(request.user, job, state, "", app="tensorboard")
+    response = HttpResponseRedirect(
+        f"{proxy.notebook_origin(job.pk)}{proxy.ENTER_PATH}?{urlencode({'ticket': ticket})}"
+    )
+    response["Cache-Control"] = "no-store"
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+# For the generated access tests: the rule this view applies.
+tensorboard_open.permission_action = "job.exec"
+tensorboard_open.model_label = "jobs.Job"
