@@ -11,7 +11,8 @@ email carries (read from the development server's console mail, as from a mail c
    newcomer by email as a tenant admin, and signs out.
 2. The newcomer opens the link, creates an account (the only sign-up there is), makes an
    API token (and uses it), creates a dataset and uploads a file, submits a training job
-   from the job form, watches it succeed on the live page, registers its output as a
+   from the job form, watches it succeed on the live page, opens its TensorBoard (on the
+   notebook origin, entered with a ticket), registers its output as a
    model, sets an alias, runs a prediction job from the model version, looks at the
    cluster (quotas), the queue, the quota form and the audit log, and signs out.
 
@@ -43,6 +44,7 @@ from modelhub.models import Alias, ModelVersion
 from tests.faults.conftest import web  # noqa: F401 - a fixture used here
 from tests.faults.procs import QCluster
 from tests.jobs.conftest import job_settings  # noqa: F401 - a fixture web uses
+from tests.jobs.notebooks import OriginServer
 from tests.jobs.test_browser import chromium
 
 pytestmark = pytest.mark.slow
@@ -53,6 +55,8 @@ PASSWORD = "a newcomer's long passphrase 42"
 TRAIN = (
     'python -c "import os; from executor import log_metric; '
     "log_metric('loss', 0.25, step=1); log_metric('loss', 0.125, step=2); "
+    "from tensorboard.summary import DirectoryOutput, Writer; "
+    "w = Writer(DirectoryOutput('tb/train')); w.add_scalar('loss', 0.25, step=1); w.close(); "
     "open(os.path.join(os.environ['GANTRY_OUTPUTS_DIR'], 'model.pt'), 'wb').write(b'w' * 4096); "
     "print('trained')\""
 )
@@ -104,6 +108,13 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
     shots: list[str] = []
     errors: list[str] = []
     failures: list[str] = []
+    # The notebook origin (TensorBoard is served there), as `manage.py serve` runs it
+    # beside Gantry; Gantry must know its address to send the browser there.
+    origin = OriginServer().__enter__()
+    settings.GANTRY_NOTEBOOK_ORIGIN = origin.origin_template
+    web.stop()
+    web.env["GANTRY_NOTEBOOK_ORIGIN"] = origin.origin_template
+    web.start()
     cluster = QCluster(tmp_path, web.url)
     # One deployment: the worker commits uploads into the files the web server stores.
     cluster.env["GANTRY_DATA_DIR"] = web.env["GANTRY_DATA_DIR"]
@@ -230,6 +241,15 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
             expect(page.locator("#job-outputs")).to_contain_text("model.pt", timeout=30_000)
             shot(page, "job-succeeded")
 
+            # Its TensorBoard, in a tab of its own on the notebook origin (via a ticket).
+            with page.context.expect_page() as opened:
+                page.get_by_role("link", name="Open TensorBoard").click()
+            board = watch(opened.value)
+            expect(board.get_by_text("tb/train").first).to_be_visible(timeout=120_000)
+            assert re.match(rf"http://\d+\.nb\.localhost:{origin.port}/jobs/\d+/tensorboard/", board.url)
+            shot(board, "tensorboard")
+            board.close()
+
             # Its output registered as a model, with an alias.
             page.get_by_role("link", name=re.compile("Register as model")).click()
             page.get_by_label("model.pt").check()
@@ -277,6 +297,7 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
             page.context.close()
     finally:
         cluster.stop()
+        origin.__exit__(None, None, None)
 
     assert not errors, errors
     assert not failures, failures
