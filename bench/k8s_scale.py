@@ -136,6 +136,31 @@ def job_latencies(
     return out
 
 
+def quiet_launches(count: int, submit, launched_at: dict) -> dict[str, list[float]]:
+    """Single jobs on the quiet cluster, one at a time, after the burst: what one launch
+    adds when nothing queues (admitted -> objects created; submit -> the job running as
+    the driver's executor reports it)."""
+    from django.db import close_old_connections
+
+    from jobs.tasks import launch_admitted
+    from scheduling.admission import admission_pass
+
+    quiet: dict[str, list[float]] = {"gantry": [], "to_running": []}
+    for _ in range(count):
+        close_old_connections()
+        job, t_sub = submit(), time.time()
+        admission_pass()
+        launch_admitted()
+        job.refresh_from_db()
+        while job.state in ("starting", "admitted") and time.time() - t_sub < 30:
+            time.sleep(0.02)
+            job.refresh_from_db()
+        if job.state == "running" and job.pk in launched_at:
+            quiet["gantry"].append(launched_at[job.pk] - job.admitted_at.timestamp())
+            quiet["to_running"].append(time.time() - t_sub)
+    return quiet
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used so far (0 when it is gone)."""
     try:
@@ -171,6 +196,12 @@ def main() -> int:
         default="off",
         help="the controller-manager's and scheduler's client rate limits: off as kwokctl's "
         "--disable-qps-limits (5,000/s), or their defaults (20/s and 50/s)",
+    )
+    parser.add_argument(
+        "--quiet-jobs",
+        type=int,
+        default=20,
+        help="then this many jobs one at a time on the quiet cluster (a lone launch's cost)",
     )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "k8s_scale.json"))
     args = parser.parse_args()
@@ -380,6 +411,11 @@ def main() -> int:
         all_requests = apiserver_requests() - requests_before
         cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
         requests_seconds = time.time() - t_requests0
+        quiet = quiet_launches(
+            args.quiet_jobs if time.monotonic() < deadline else 0,
+            lambda: submit_job(user, projects[mix[0]["tenant"]], command="python q.py", gpus=1),
+            launched_at,
+        )
         for helper in helpers:
             helper.terminate()
         for helper in helpers:
@@ -388,7 +424,7 @@ def main() -> int:
         running_at = {(job_id, rank): t for job_id, rank, t in driven["running_at"]}
         samples = driven["gpu_samples"]
 
-        states = Counter(Job.objects.values_list("state", flat=True))
+        states = Counter(Job.objects.filter(pk__in=submitted_at).values_list("state", flat=True))
         admitted_at = {
             pk: at.timestamp()
             for pk, at in Job.objects.filter(admitted_at__isnull=False).values_list(
@@ -423,6 +459,10 @@ def main() -> int:
                 "gantry_admitted_to_objects_created_first_pass": summary(lat["burst"]),
                 "gantry_admitted_to_objects_created_later_passes": summary(lat["later"]),
                 "cluster_objects_created_to_running": summary(lat["cluster"]),
+                "quiet_cluster_one_job_at_a_time": {
+                    "gantry_admitted_to_objects_created": summary(quiet["gantry"]),
+                    "submit_to_running_as_reported": summary(quiet["to_running"]),
+                },
                 "launch_concurrency": settings.GANTRY_K8S_LAUNCH_CONCURRENCY,
                 "launch_split": {
                     "launching_thread_per_job": summary(split["launch_job"]),
