@@ -15,6 +15,7 @@ email carries (read from the development server's console mail, as from a mail c
    notebook origin, entered with a ticket), registers its output as a
    model, sets an alias, runs a prediction job from the model version, looks at the
    cluster (quotas), the queue, the quota form and the audit log, and signs out.
+   Between the two, it starts a notebook and opens it with "Open JupyterLab".
 
 The training job is an inline `python -c` command (it writes an output and logs a
 metric): the examples need torch, and their code would need a path typed into the form.
@@ -277,6 +278,34 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
             expect(page.locator("#job-state")).to_have_text("Succeeded", timeout=120_000)
             shot(page, "prediction-succeeded")
 
+            # A notebook from the job form, opened with "Open JupyterLab" (a tab on its
+            # origin, through a ticket), then cancelled from its page.
+            page.get_by_role("navigation", name="breadcrumb").get_by_role("link").first.click()
+            page.get_by_role("link", name="Submit job").click()
+            page.get_by_role("link", name="Notebook (JupyterLab)").click()
+            page.get_by_label("Name", exact=True).fill("explore")
+            shot(page, "notebook-form")
+            page.get_by_role("button", name=re.compile("Submit|Start")).click()
+            expect(page.locator("#job-state")).to_have_text("Running", timeout=120_000)
+            with page.context.expect_page() as opened:
+                page.get_by_role("link", name="Open JupyterLab").click()
+            lab = opened.value
+            lab.on("pageerror", lambda exc: errors.append(f"{lab.url}: {exc}"))
+            # "Running" comes when JupyterLab's process starts; until it listens, the
+            # origin answers 502 "Notebook not answering", and the user reloads.
+            deadline = time.monotonic() + 120
+            while lab.get_by_role("heading", name="Notebook not answering").is_visible():
+                assert time.monotonic() < deadline, "JupyterLab never answered"
+                lab.wait_for_timeout(1000)
+                lab.reload()
+            expect(lab.locator("#jp-main-dock-panel")).to_be_visible(timeout=120_000)
+            assert re.match(rf"http://\d+\.nb\.localhost:{origin.port}/jobs/\d+/lab", lab.url)
+            shot(lab, "jupyterlab")
+            lab.close()
+            page.locator("#job-cancel").click()
+            page.locator("#job-cancel-confirm").click()
+            expect(page.locator("#job-state")).to_have_text("Cancelled", timeout=60_000)
+
             # The cluster's quotas, the queue, the quota form and the audit log.
             page.get_by_role("link", name="Cluster").click()
             expect(page.get_by_role("heading", name="Cluster")).to_be_visible()
@@ -303,8 +332,9 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
     assert not failures, failures
     assert len(shots) >= 20 and all((ARTIFACTS / name).stat().st_size > 0 for name in shots)
     newcomer = User.objects.get(username="newcomer")
-    train, predict = Job.objects.filter(created_by=newcomer).order_by("pk")
+    train, predict, notebook = Job.objects.filter(created_by=newcomer).order_by("pk")
     assert train.state == predict.state == "succeeded"
+    assert notebook.kind == "notebook" and notebook.state == "cancelled"
     version = ModelVersion.objects.get(model__name="digits-cnn")
     assert version.source_job_id == train.pk
     assert Alias.objects.get(name="production").version == version
