@@ -15,7 +15,8 @@ email carries (read from the development server's console mail, as from a mail c
    notebook origin, entered with a ticket), registers its output as a
    model, sets an alias, runs a prediction job from the model version, looks at the
    cluster (quotas), the queue, the quota form and the audit log, and signs out.
-   Between the two, it starts a notebook and opens it with "Open JupyterLab".
+   Between the two, it starts a notebook and opens it with "Open JupyterLab", and runs
+   the digits example and its 2-worker DDP version with examples/ uploaded as the code.
 
 The training job is an inline `python -c` command (it writes an output and logs a
 metric): the examples need torch, and their code would need a path typed into the form.
@@ -51,6 +52,7 @@ from tests.jobs.test_browser import chromium
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "journey"
+EXAMPLES = Path(settings.BASE_DIR) / "examples"  # chosen in the form's folder picker
 ADMIN_PASSWORD = "install-time passphrase 7"
 PASSWORD = "a newcomer's long passphrase 42"
 TRAIN = (
@@ -306,6 +308,27 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
             page.locator("#job-cancel-confirm").click()
             expect(page.locator("#job-state")).to_have_text("Cancelled", timeout=60_000)
 
+            # The digits example, then its 2-worker DDP version, each with the examples
+            # folder uploaded as the job's code from the form (one epoch each).
+            for tab, name, command in [
+                (None, "digits", "python examples/train_digits.py --epochs 1"),
+                ("Distributed training", "digits-ddp", "python examples/train_digits_ddp.py --epochs 1"),
+            ]:
+                page.get_by_role("navigation", name="breadcrumb").get_by_role("link").first.click()
+                page.get_by_role("link", name="Submit job").click()
+                if tab:
+                    page.get_by_role("link", name=tab).click()
+                    expect(page.get_by_label("Workers")).to_have_value("2")
+                page.get_by_label("Name", exact=True).fill(name)
+                page.set_input_files("#code-folder", str(EXAMPLES))
+                expect(page.locator("#code-status")).to_contain_text("is ready", timeout=60_000)
+                page.get_by_label("Command").fill(command)
+                shot(page, f"{name}-form")
+                page.get_by_role("button", name=re.compile("Submit")).click()
+                expect(page.locator("#job-state")).to_have_text("Succeeded", timeout=240_000)
+                expect(page.locator("#job-outputs")).to_contain_text("model.pt", timeout=30_000)
+                shot(page, f"{name}-succeeded")
+
             # The cluster's quotas, the queue, the quota form and the audit log.
             page.get_by_role("link", name="Cluster").click()
             expect(page.get_by_role("heading", name="Cluster")).to_be_visible()
@@ -332,9 +355,11 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
     assert not failures, failures
     assert len(shots) >= 20 and all((ARTIFACTS / name).stat().st_size > 0 for name in shots)
     newcomer = User.objects.get(username="newcomer")
-    train, predict, notebook = Job.objects.filter(created_by=newcomer).order_by("pk")
-    assert train.state == predict.state == "succeeded"
+    train, predict, notebook, digits, ddp = Job.objects.filter(created_by=newcomer).order_by("pk")
+    assert train.state == predict.state == digits.state == ddp.state == "succeeded"
     assert notebook.kind == "notebook" and notebook.state == "cancelled"
+    assert ddp.kind == "distributed" and ddp.workers == 2
+    assert digits.code_snapshot_id and ddp.code_snapshot_id
     version = ModelVersion.objects.get(model__name="digits-cnn")
     assert version.source_job_id == train.pk
     assert Alias.objects.get(name="production").version == version
