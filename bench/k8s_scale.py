@@ -32,7 +32,11 @@ passes and launches per second of the launch task; GPUs held by Running pods aga
 capacity, sampled; the API server requests made by Gantry's ServiceAccount (from the
 audit log), per second and by verb, beside all requests the API server served (its
 /metrics). Anchors: the Kubernetes pod-startup SLO (p99 <= 5 s without image pulls) and
-Kueue's CI admission throughput (about 43 admissions/s).
+Kueue's CI admission throughput (about 43 admissions/s). Also: where a launch's time goes
+(the launching thread per job, the pool's API writes per attempt), the CPU seconds of each
+process while the jobs ran (Gantry's, the driver's, each control-plane component's: on a
+shared machine the control plane competes with Gantry), and, after the burst, `--quiet-jobs`
+single jobs one at a time (what one launch adds when nothing queues).
 """
 
 from __future__ import annotations
