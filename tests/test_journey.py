@@ -115,6 +115,7 @@ def test_a_newcomer_goes_from_an_empty_database_to_a_prediction(
     # beside Gantry; Gantry must know its address to send the browser there.
     origin = OriginServer().__enter__()
     settings.GANTRY_NOTEBOOK_ORIGIN = origin.origin_template
+    settings.GANTRY_TENSORBOARD_IDLE_MINUTES = 0.5  # the origin here starts it: gone soon after
     web.stop()
     web.env["GANTRY_NOTEBOOK_ORIGIN"] = origin.origin_template
     web.start()
