@@ -88,9 +88,13 @@ def test_preempted_job_checkpoints_in_its_save_window_and_resumes(running_jobs, 
         60,
         "the checkpoint saved on preemption",
     )
-    # The last one committed after the preemption request: the loop's save on noticing it.
-    saved = Checkpoint.objects.filter(job=job, on_preemption=True).order_by("-step").first()
     wait_for(job, "succeeded", "failed", "lost", timeout=120, reconcile=True)
+    # The last one the first attempt committed after the preemption request: the loop's save
+    # on noticing it (read once the job ended: a periodic save uploading when the request came
+    # is flagged too and may commit first).
+    saved = (
+        Checkpoint.objects.filter(job=job, attempt=1, on_preemption=True).order_by("-step").first()
+    )
     job.refresh_from_db()
     assert job.state == "succeeded", (job.state_reason, text(job)[-2000:])
     assert job.preemptions == 1
