@@ -148,7 +148,7 @@ def start(job, root: Path, rundir: Path, uid: int) -> int | None:
         with open(rundir.parent / f"{job.pk}.log", "ab") as log:
             process = subprocess.Popen(
                 server_argv(job, python, root, rundir, uid),
-                cwd="/",
+                cwd=rundir,
                 env=_environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -177,7 +177,9 @@ def server_argv(job, python: str, root: Path, rundir: Path, uid: int) -> list[st
     prefix = base_url(job.pk).rstrip("/")
     status = sandbox.sandbox_status()
     if not status.available:
-        return [python, str(SERVER_SCRIPT), str(rundir / SOCKET), str(root), prefix, idle]
+        # The socket by a name relative to the server's working directory, `rundir`: a Unix
+        # socket's path may not exceed 107 bytes, and a data directory can be deep.
+        return [python, str(SERVER_SCRIPT), SOCKET, str(root), prefix, idle]
     args = ["--ro-bind", "/usr", "/usr"]
     for name in USR_LINKS:
         path = "/" + name

@@ -13,6 +13,7 @@ process exits, and the next request through the notebook origin starts it again.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -37,8 +38,16 @@ def main(argv: list[str]) -> int:
 
             if os.path.lexists(socket_path):
                 os.unlink(socket_path)
-            self._server = serving.make_server(f"unix://{socket_path}", 0, app, threaded=True)
+            # Bound here, not by werkzeug: it makes the path absolute, and a Unix socket's
+            # path may not exceed 107 bytes (the caller passes a short relative one).
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(socket_path)
             os.chmod(socket_path, 0o600)
+            listener.listen(128)
+            self._server = serving.make_server(
+                f"unix://{socket_path}", 0, app, threaded=True, fd=listener.fileno()
+            )
+            listener.close()  # werkzeug holds its own duplicate of the descriptor
 
         def serve_forever(self):
             last[0] = time.monotonic()  # counted from when it can answer
