@@ -32,12 +32,12 @@ def finish_decision(
 ) -> Decision:
     pos = 0
     waiting = decision.waiting
-    make = WaitReason._make
+    new = tuple.__new__  # WaitReason(...) without the Python-level __new__ per job
     for r in order:
         rid = r.id
         if rid in admitted:
             continue
         pos += 1
         code, msg, est = pre[rid]
-        waiting[rid] = make((code, msg, pos, est))
+        waiting[rid] = new(WaitReason, (code, msg, pos, est))
     return decision

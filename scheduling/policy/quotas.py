@@ -42,20 +42,27 @@ class PassState:
         self.running: list[RunningJob] = list(snapshot.running)
         cl = self.cl
         used_g, used_c, used_m, used_j = self.used_g, self.used_c, self.used_m, self.used_j
+        index, fg, fc, fm = cl.index, cl.fg, cl.fc, cl.fm
         for rj in self.running:
             r = rj.request
             t = r.tenant
             g, c, m, n = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker, r.workers
-            used_g[t] = used_g.get(t, 0) + n * g
-            used_c[t] = used_c.get(t, 0.0) + n * c
-            used_m[t] = used_m.get(t, 0) + n * m
-            used_j[t] = used_j.get(t, 0) + 1
+            if t in used_j:
+                used_g[t] += n * g
+                used_c[t] += n * c
+                used_m[t] += n * m
+                used_j[t] += 1
+            else:  # the same sums as starting from 0 / 0.0 (types included)
+                used_g[t] = 0 + n * g
+                used_c[t] = 0.0 + n * c
+                used_m[t] = 0 + n * m
+                used_j[t] = 1
             for name, w in rj.placement.items():
-                i = cl.index.get(name)
+                i = index.get(name)
                 if i is not None:
-                    cl.fg[i] -= w * g
-                    cl.fc[i] -= w * c
-                    cl.fm[i] -= w * m
+                    fg[i] -= w * g
+                    fc[i] -= w * c
+                    fm[i] -= w * m
         cl.build()
 
     # -- usage bookkeeping

@@ -100,28 +100,41 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
     admitted: set[str] = set()
     pre: dict[str, tuple[str, str, float | None]] = {}
 
-    # Running jobs this pass may still end (estimated end, clamped to now when overrunning).
+    # Running jobs this pass may still end (estimated end, clamped to now when overrunning):
+    # built on the first preemption search only (most passes never search; the reservation
+    # reads the running jobs directly).
     live: dict[str, _Victim] = {}
-    for rj in common.running:
+
+    def end_of(rj: RunningJob) -> float:
         est = rj.request.estimated_duration
-        live[rj.request.id] = _Victim(rj, INF if est is None else max(rj.start_time + est, now))
+        return INF if est is None else max(rj.start_time + est, now)
+
     new_running: list[tuple[JobRequest, dict[str, int], float]] = []
 
     # Preemption candidates: which running jobs are borrowed right now.
     borrowed_ids: set[str] = set()
     if cfg.preemption:
-        by_tenant: dict[str, list[RunningJob]] = {}
+        # Sort keys as plain tuples (ids are unique, so comparisons stop there).
+        by_tenant: dict[str, list[tuple]] = {}
         for rj in common.running:
-            by_tenant.setdefault(rj.request.tenant, []).append(rj)
+            r = rj.request
+            key = (-r.priority, rj.start_time, r.id, r.workers * r.gpus_per_worker)
+            jobs = by_tenant.get(r.tenant)
+            if jobs is None:
+                by_tenant[r.tenant] = [key]
+            else:
+                jobs.append(key)
         for t, jobs in by_tenant.items():
             q = quotas.get(t)
             guar = q.guaranteed_gpus if q else 0
-            jobs.sort(key=lambda rj: (-rj.request.priority, rj.start_time, rj.request.id))
+            if sum(k[3] for k in jobs) <= guar:
+                continue  # all within the guarantee: nothing borrowed, no sort needed
+            jobs.sort()
             acc = 0
-            for rj in jobs:
-                acc += rj.request.total_gpus
+            for k in jobs:
+                acc += k[3]
                 if acc > guar:
-                    borrowed_ids.add(rj.request.id)
+                    borrowed_ids.add(k[2])
     min_prio = min((rj.request.priority for rj in common.running), default=None)
     own_min_prio: dict[str, int] = {}
     for rj in common.running:
@@ -176,6 +189,9 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
         max_loss = INF if ratio == INF else ratio * r.total_gpus * max(waited, 0.0)
         cands = []
         avail = cl.free_g
+        if not live:
+            for rj in common.running:
+                live[rj.request.id] = _Victim(rj, end_of(rj))
         if not victims_sorted and live:
             victims_sorted.extend(sorted(
                 live.values(),
@@ -248,12 +264,14 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
         T: float | None = now
         if total < r.workers:
             ends = [
-                (v.end, v.rj.request, v.rj.placement) for k, v in live.items() if k not in preempted
+                (end_of(rj), rj.request.id, rj.request, rj.placement)
+                for rj in common.running
+                if rj.request.id not in preempted
             ]
-            ends.extend((e, jr, p) for jr, p, e in new_running)
-            ends.sort(key=lambda x: (x[0], x[1].id))
+            ends.extend((e, jr.id, jr, p) for jr, p, e in new_running)
+            ends.sort()  # by (end, id); ids are unique, so comparisons stop there
             T = None
-            for e, jr, p in ends:
+            for e, _, jr, p in ends:
                 jg, jc, jm = jr.gpus_per_worker, jr.cpus_per_worker, jr.memory_mb_per_worker
                 for name, w in p.items():
                     i = cl.index.get(name)
@@ -298,7 +316,10 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
     # Memos: too_large per (tenant, shape) is fixed for the pass; quota / capacity answers
     # per (tenant, shape, constrained) stay valid while `version` (bumped on every admission,
     # preemption or new reservation) is unchanged, since they then depend on nothing else.
-    static_memo: dict[tuple, tuple[str, str] | None] = {}
+    # Shapes are numbered on first sight, so the memo keys below hash small ints, not the
+    # six-field shape, once per job.
+    shape_ids: dict[tuple, int] = {}
+    static_memo: list[tuple[str, str] | None] = []
     state_memo: dict[tuple, tuple[int, tuple[str, str, float | None]]] = {}
     preempt_failed: dict[tuple, tuple[int, int]] = {}
     version = 0
@@ -308,10 +329,11 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
         rid = r.id
         shape_key = (r.tenant, r.workers, r.gpus_per_worker, r.cpus_per_worker,
                      r.memory_mb_per_worker, r.gpu_model)
-        if shape_key in static_memo:
-            tl = static_memo[shape_key]
-        else:
-            tl = static_memo[shape_key] = common.too_large(r)
+        sid = shape_ids.get(shape_key)
+        if sid is None:
+            sid = shape_ids[shape_key] = len(static_memo)
+            static_memo.append(common.too_large(r))
+        tl = static_memo[sid]
         if tl is not None:
             pre[rid] = (tl[0], tl[1], None)
             continue
@@ -319,7 +341,7 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
         constrained = False
         if res_job is not None:
             constrained = not (est is not None and res_T is not None and now + est <= res_T)
-        mkey = (shape_key, constrained, r.priority)
+        mkey = (sid, constrained, r.priority)
         memo = state_memo.get(mkey)
         if memo is not None and memo[0] == version:
             pre[rid] = memo[1]
