@@ -68,6 +68,8 @@ GANTRY_GPU_IDLE_PERCENT = setting("int", "GANTRY_GPU_IDLE_PERCENT", 5)
 GANTRY_GPU_IDLE_MINUTES = setting("float", "GANTRY_GPU_IDLE_MINUTES", 60.0)
 GANTRY_GPU_IDLE_GRACE_MINUTES = setting("float", "GANTRY_GPU_IDLE_GRACE_MINUTES", 15.0)
 GANTRY_GPU_IDLE_KINDS = setting("str", "GANTRY_GPU_IDLE_KINDS", "notebook")
+# The executor's GPU sampling period, passed to Kubernetes GPU pods (unset: its 5 s).
+GANTRY_GPU_SAMPLE_SECONDS = setting("float", "GANTRY_GPU_SAMPLE_SECONDS", None)
 if GANTRY_GPU_IDLE_KINDS not in ("notebook", "all"):
     fail("GANTRY_GPU_IDLE_KINDS", f"must be notebook or all, not {GANTRY_GPU_IDLE_KINDS!r}")
 # Notifications (notifications/): webhook and email deliveries are retried this many

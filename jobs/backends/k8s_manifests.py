@@ -76,6 +76,8 @@ class ManifestConfig:
     # (the workspace, /tmp and /dev/shm are writable volumes either way).
     run_as_user: int = 1000
     read_only_root: bool = True
+    # GPU pods' executor telemetry period (GANTRY_GPU_SAMPLE_SECONDS; None: its default).
+    gpu_sample_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +322,8 @@ def executor_env(spec: JobSpec, cfg: ManifestConfig) -> list[dict]:
         # filesystem is read-only): caches and Jupyter's runtime files go to /tmp.
         _env("HOME", "/tmp"),
     ]
+    if spec.gpus and cfg.gpu_sample_seconds is not None:
+        env.append(_env("GANTRY_GPU_SAMPLE_SECONDS", f"{cfg.gpu_sample_seconds:g}"))
     if indexed:
         name = object_name(spec)
         master = f"{name}-0.{name}"
