@@ -234,10 +234,10 @@ def job_snapshot(job_id: int, workers: list[int], events_after: int):
         for e in JobEvent.objects.filter(job_id=job_id, pk__gt=events_after).select_related("actor")
     ]
     seqs = {
-        rank: (log_seq, metric_seq)
-        for rank, log_seq, metric_seq in JobWorker.objects.filter(
+        rank: (log_seq + offset, metric_seq)  # the stored numbering (Gantry's lines too)
+        for rank, log_seq, offset, metric_seq in JobWorker.objects.filter(
             job_id=job_id, rank__in=workers
-        ).values_list("rank", "last_log_seq", "last_metric_seq")
+        ).values_list("rank", "last_log_seq", "log_seq_offset", "last_metric_seq")
     }
     return state, reason, events, seqs
 

@@ -170,7 +170,11 @@ class JobWorker(models.Model):
     child_start_time = models.BigIntegerField(null=True, blank=True)
     launched_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
-    last_log_seq = models.BigIntegerField(default=0)
+    last_log_seq = models.BigIntegerField(default=0)  # the executor's numbering
+    # Lines Gantry itself wrote into this worker's log (jobs.services.system_log): a
+    # stored line's seq is the executor's plus the offset when it arrived, so Gantry's
+    # lines and the executor's never share a seq and stay in order.
+    log_seq_offset = models.BigIntegerField(default=0)
     last_metric_seq = models.BigIntegerField(default=0)
     workdir = models.CharField(max_length=500, blank=True)
     host = models.CharField(max_length=200, blank=True)

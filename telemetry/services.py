@@ -20,6 +20,7 @@ from core import audit
 from jobs import states
 from jobs.models import Job, JobKind, MetricPoint
 from jobs.services.lifecycle import cancel_job, note_job
+from jobs.services.system_log import append_system_log
 from jobs.signals import job_alert
 from jobs.states import JobState
 from projects.permissions import require
@@ -225,6 +226,7 @@ def warn_idle(job: Job, reason: str, stop_at: datetime, now: datetime) -> IdleWa
     )
     watch = IdleWatch.objects.create(job=job, warned_at=now, stop_at=stop_at, message=message)
     note_job(job, f"warned: {message}")
+    append_system_log(job, message)
     transaction.on_commit(
         lambda: job_alert.send(None, job=job, kind="idle_warning", message=message)
     )
@@ -232,10 +234,12 @@ def warn_idle(job: Job, reason: str, stop_at: datetime, now: datetime) -> IdleWa
 
 
 def stop_idle(job: Job, watch: IdleWatch, reason: str, now: datetime) -> None:
+    why = f"stopped by the idle-GPU policy: {reason}"[:500]
     try:
-        cancel_job(None, job, f"stopped by the idle-GPU policy: {reason}"[:500])
+        cancel_job(None, job, why)
     except ValidationError:
         return  # it finished meanwhile
+    append_system_log(job, f"{why}; this job is being stopped")
     watch.stopped_at = now
     watch.save(update_fields=["stopped_at"])
 

@@ -48,7 +48,9 @@ def _locked_worker(job: Job, rank: int) -> JobWorker:
 
 def ingest_logs(job: Job, rank: int, lines: list) -> int:
     """Store a batch of log lines; items at or below the worker's last seq are
-    duplicates (the executor sends at least once) and are dropped. Returns last seq."""
+    duplicates (the executor sends at least once) and are dropped. Returns last seq (the
+    executor's numbering). Lines are stored shifted past the lines Gantry wrote itself
+    (JobWorker.log_seq_offset, jobs.services.system_log)."""
     if not isinstance(lines, list):
         raise ValueError("lines must be a list")
     for line in lines:
@@ -61,6 +63,9 @@ def ingest_logs(job: Job, rank: int, lines: list) -> int:
         worker = _locked_worker(job, rank)
         fresh = sorted((ln for ln in lines if ln["seq"] > worker.last_log_seq), key=_seq)
         if fresh:
+            last_seq = fresh[-1]["seq"]
+            if worker.log_seq_offset:
+                fresh = [{**ln, "seq": ln["seq"] + worker.log_seq_offset} for ln in fresh]
             data = "".join(
                 json.dumps(
                     {
@@ -82,7 +87,7 @@ def ingest_logs(job: Job, rank: int, lines: list) -> int:
                 line_count=len(fresh),
                 data=data,
             )
-            worker.last_log_seq = fresh[-1]["seq"]
+            worker.last_log_seq = last_seq
             JobWorker.objects.filter(pk=worker.pk).update(last_log_seq=worker.last_log_seq)
             transaction.on_commit(partial(publish_lines, job.pk, rank, fresh))
         return worker.last_log_seq

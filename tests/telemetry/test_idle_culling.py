@@ -12,6 +12,7 @@ import pytest
 
 from jobs.backends import reset_backends
 from jobs.models import Job
+from jobs.queries import log_lines
 from jobs.services.submit import submit_job
 from jobs.signals import job_alert
 from telemetry.models import IdleWatch
@@ -89,6 +90,12 @@ def test_an_idle_gpu_notebook_is_warned_then_stopped_with_the_reason(gpu_jobs, o
         "stopped by the idle-GPU policy: GPU utilization below 10% for 0.05 minutes"
     ), job.state_reason
     assert job.events.filter(reason__contains="idle-GPU policy").exists()
+    # Gantry's lines in the job's own log, numbered among the executor's (system stream).
+    stored = log_lines(job)
+    assert [ln["seq"] for ln in stored] == list(range(1, len(stored) + 1))
+    idle = [ln["text"] for ln in stored if "below 10% for 0.05 minutes" in ln["text"]]
+    assert idle[0].startswith("[gantry] GPU utilization below 10% for 0.05 minutes: "), idle
+    assert idle[1].startswith("[gantry] stopped by the idle-GPU policy: "), idle
 
 
 def test_a_busy_gpu_notebook_with_its_tab_closed_keeps_running(gpu_jobs, owner, project):
