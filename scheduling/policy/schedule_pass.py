@@ -57,7 +57,7 @@ Policy, in order of application (see ``schedule``):
 from __future__ import annotations
 
 from .data import INF, Decision, JobRequest, PolicyConfig, Reservation, RunningJob, Snapshot
-from .messages import finish_decision, human_duration
+from .messages import finish_decision, human_duration, waiting_in_order
 from .placement import fits_count
 from .quotas import PassState
 from .ranking import Ranker
@@ -95,7 +95,6 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
     cl = common.cl
     quotas = common.quotas
     ranker = Ranker(snapshot, common, cfg, now)
-    order: list[JobRequest] = []
     decision = Decision()
     admitted: set[str] = set()
     pre: dict[str, tuple[str, str, float | None]] = {}
@@ -325,7 +324,6 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
     version = 0
     ranker.head_found = lambda: res_job is not None
     for r in ranker:
-        order.append(r)
         rid = r.id
         shape_key = (r.tenant, r.workers, r.gpus_per_worker, r.cpus_per_worker,
                      r.memory_mb_per_worker, r.gpu_model)
@@ -432,7 +430,8 @@ def schedule(  # noqa: C901 - the hot loop; see the docstring
             code, msg = common.capacity_message(r)
             pre[rid] = (code, msg, None)
             state_memo[mkey] = (version, pre[rid])
-    return finish_decision(order, admitted, pre, decision)
+    # Every job the ranker yielded is in `pre` (in yield order) unless it was admitted.
+    return waiting_in_order(pre, decision)
 
 
 # --------------------------------------------------------------------------- FIFO baseline
