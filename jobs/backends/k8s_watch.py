@@ -30,15 +30,14 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import close_old_connections
 from django.utils import timezone
 
 from jobs.backends import k8s_manifests as m
+from jobs.backends.k8s_stream import Raw, ResourceWatch  # noqa: F401 (Raw: tests, callers)
 
 logger = logging.getLogger(__name__)
 
@@ -493,78 +492,6 @@ def on_job_event(backend, ref, event_type: str, k8s_job) -> str:
 
 
 # --- list, then watch ---------------------------------------------------------------------
-
-
-class ResourceWatch:
-    """List, then watch from the list's resourceVersion; resume from the last version
-    seen when a watch ends; list again on 410 Gone (the version is too old)."""
-
-    def __init__(self, list_func, handle, *, label_selector: str, timeout_seconds: int = 300):
-        self.list_func = list_func
-        self.handle = handle
-        self.label_selector = label_selector
-        self.timeout_seconds = timeout_seconds
-        self.resource_version: str | None = None
-        self.relists = 0
-        self._watch = None
-
-    def relist(self) -> None:
-        listing = self.list_func(label_selector=self.label_selector)
-        for item in listing.items:
-            self._handle("SYNC", item)
-        self.resource_version = listing.metadata.resource_version
-        self.relists += 1
-
-    def _handle(self, event_type: str, obj) -> None:
-        try:
-            self.handle(event_type, obj)
-        except Exception:
-            logger.exception(
-                "handling %s %s failed", event_type, getattr(obj.metadata, "name", "?")
-            )
-
-    def watch_once(self) -> None:
-        """One watch request, until the server closes it (timeout_seconds) or 410."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        if self.resource_version is None:
-            self.relist()
-        self._watch = watch.Watch()
-        try:
-            for event in self._watch.stream(
-                self.list_func,
-                label_selector=self.label_selector,
-                resource_version=self.resource_version,
-                timeout_seconds=self.timeout_seconds,
-                allow_watch_bookmarks=True,
-            ):
-                kind, obj = event["type"], event["object"]
-                if kind == "BOOKMARK":
-                    self.resource_version = event["raw_object"]["metadata"]["resourceVersion"]
-                    continue
-                self._handle(kind, obj)
-                self.resource_version = obj.metadata.resource_version
-        except ApiException as exc:
-            if exc.status != 410:
-                raise
-            logger.info("watch expired (410 Gone): listing again")
-            self.resource_version = None
-            self.relist()
-
-    def run(self, stop: threading.Event, backoff: float = 5.0) -> None:
-        while not stop.is_set():
-            # A long-running thread: drop database connections that went stale meanwhile.
-            close_old_connections()
-            try:
-                self.watch_once()
-            except Exception:
-                logger.exception("watch failed; retrying in %s s", backoff)
-                stop.wait(backoff)
-
-    def stop(self) -> None:
-        if self._watch is not None:
-            self._watch.stop()
 
 
 def watches_for(backend, ref) -> list[ResourceWatch]:

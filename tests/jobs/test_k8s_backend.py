@@ -389,6 +389,40 @@ def test_assess_pod_reads_evictions_and_config_errors():
         "failed", 'the container could not be created: secret "x" not found')
 
 
+def test_raw_json_pods_read_as_the_client_models_do():
+    """The watcher reads pods as raw JSON (`Raw`), not V1Pod: every verdict is the same."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from jobs.backends.k8s_watch import Raw, pod_rank
+
+    class J:
+        pk, attempt, kind, memory_mb = 1, 1, "train", 1024
+
+    old = (timezone.now() - timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    pods = [
+        pod_json(J, phase="Failed", conditions=[
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+             "message": "Eviction API: evicting"}]),
+        pod_json(J, state={"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}),
+        pod_json(J, phase="Failed", state={"terminated": {"reason": "OOMKilled", "exitCode": 137}}),
+        pod_json(J, phase="Failed", state={"terminated": {"reason": "Error", "exitCode": 3,
+                                                          "message": "boom"}}),
+        pod_json(J, rank=1, phase="Running", state={"running": {}}, node_name="gpu-1"),
+        pod_json(J, conditions=[{"type": "PodScheduled", "status": "False",
+                                 "reason": "Unschedulable", "message": "0/3 nodes",
+                                 "lastTransitionTime": old}]),
+    ]
+    verdicts = [assess_pod(Raw(pod)) for pod in pods]
+    assert verdicts == [assess_pod(deserialize_pod(pod)) for pod in pods]
+    assert [v.status for v in verdicts] == ["lost", "failed", "failed", "failed", "running", "failed"]
+    raw = Raw(pods[4])
+    assert (pod_rank(raw), raw.spec.node_name, raw.metadata.deletion_timestamp) == (1, "gpu-1", None)
+    cond = Raw(pods[5]).status.conditions[0]
+    assert cond.last_transition_time < timezone.now() - timedelta(hours=1)
+
+
 def test_cluster_ref_from_environment_when_none_registered(db, monkeypatch):
     from jobs.backends.k8s_client import registered_clusters
 
