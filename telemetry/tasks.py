@@ -6,15 +6,17 @@ import logging
 
 from django.utils import timezone
 
-from telemetry import services
+from telemetry import dcgm, services
 
 logger = logging.getLogger(__name__)
 
 
 def tick() -> dict:
-    """Sum the latest GPU samples per job and day, then apply the idle policies."""
+    """Scrape the DCGM exporters (when configured), sum the latest GPU samples per job
+    and day, then apply the idle policies."""
     now = timezone.now()
-    outcome = {"days": services.refresh_usage(now)}
+    outcome = {"dcgm_points": dcgm.scrape(now=now)}
+    outcome["days"] = services.refresh_usage(now)
     outcome.update(services.check_idle(now))
     if outcome["warned"] or outcome["stopped"]:
         logger.info("idle GPUs: %s", outcome)
