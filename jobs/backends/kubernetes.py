@@ -344,11 +344,9 @@ class KubernetesBackend(Backend):
         return key[1]
 
     def launch(self, job, token_for_rank) -> None:
-        """Write down where the attempt goes, then hand its API creates to the launch pool
-        and return: a burst of admitted jobs is created GANTRY_K8S_LAUNCH_CONCURRENCY at
-        a time (one at a time, the scale benchmark's 10 launches/s made the last of
-        1,000 jobs wait 112 s). `finish_launches()` waits for them and reports failures;
-        what fails before the hand-over (no cluster, no tenant namespace) raises here."""
+        """Write down where the attempt goes, hand its API creates to the launch pool
+        (GANTRY_K8S_LAUNCH_CONCURRENCY at a time) and return; `finish_launches()` reports
+        them. What fails before the hand-over (no cluster, no namespace) raises here."""
         from jobs.services.cluster_reports import record_attempt_target
 
         self.finish_launches(wait=False)
@@ -433,19 +431,20 @@ class KubernetesBackend(Backend):
             self._slots.release()
 
     def finish_launches(self, wait: bool = True) -> int:
-        """Report the launches the pool has finished (all of them with `wait`): a failed
-        create fails the attempt with the API's words, retried while retries remain; an
-        attempt cancelled or preempted while its objects were being created has them
-        deleted again. Runs in the launching thread. Returns how many were reported."""
-        from jobs.services.cluster_reports import attempt_status, record_attempt_created
+        """Report the launches the pool has finished (all with `wait`): a failed create
+        fails the attempt (API's words; retried while retries remain), one cancelled or
+        preempted meanwhile has its objects deleted. Returns how many were reported."""
+        from jobs.services.cluster_reports import attempt_statuses, record_attempt_created
         from jobs.services.lifecycle import report_backend_problem
 
         with self._lock:
             items = list(self._inflight.items())
+        items = [(key, item) for key, item in items if wait or item[4].done()]
+        for _, item in items:  # every create over, then one query for their attempts' states
+            item[4].exception()
+        statuses = attempt_statuses([key for key, _ in items]) if items else {}
         reported = 0
         for key, (job, ref, namespace, name, future) in items:
-            if not wait and not future.done():
-                continue
             try:
                 future.result()
                 error = None
@@ -454,7 +453,7 @@ class KubernetesBackend(Backend):
             with self._lock:
                 self._inflight.pop(key, None)
             reported += 1
-            status = attempt_status(job, key[1])
+            status = statuses[key]
             if error is not None:
                 logger.warning("could not launch job %s: %s", job.pk, error)
                 self._tenants.clear()  # perhaps the namespace went: set it up again

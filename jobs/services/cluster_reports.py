@@ -38,23 +38,34 @@ def attempt_status(job: Job, attempt: int) -> str:
     """Where an attempt stands: "current" while it runs and nobody asked it to stop,
     "stopping" once a cancel or preemption was asked for, "over" when it ended (or
     another attempt runs)."""
-    row = (
-        Job.objects.filter(pk=job.pk)
-        .values("state", "attempt", "cancel_requested_at", "preempt_requested_at")
-        .first()
-    )
-    if row is None or row["attempt"] != attempt or row["state"] not in states.LAUNCHED:
-        return "over"
-    if row["cancel_requested_at"] or row["preempt_requested_at"]:
-        return "stopping"
-    return "current"
+    return attempt_statuses([(job.pk, attempt)])[(job.pk, attempt)]
+
+
+def attempt_statuses(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """`attempt_status` of many (job id, attempt) pairs in one query (a launch run's
+    finished creates are reported together)."""
+    rows = {
+        row["pk"]: row
+        for row in Job.objects.filter(pk__in={pk for pk, _ in attempts}).values(
+            "pk", "state", "attempt", "cancel_requested_at", "preempt_requested_at"
+        )
+    }
+    found = {}
+    for pk, attempt in attempts:
+        row = rows.get(pk)
+        if row is None or row["attempt"] != attempt or row["state"] not in states.LAUNCHED:
+            found[(pk, attempt)] = "over"
+        elif row["cancel_requested_at"] or row["preempt_requested_at"]:
+            found[(pk, attempt)] = "stopping"
+        else:
+            found[(pk, attempt)] = "current"
+    return found
 
 
 def record_attempt_created(job: Job, attempt: int, where: str) -> None:
     """The attempt's objects exist in the cluster (`where`, e.g. k8s://cluster/ns/name):
     from now on their absence means they were deleted, not that they are coming."""
-    if Job.objects.filter(pk=job.pk, attempt=attempt).exists():
-        JobWorker.objects.filter(job_id=job.pk).update(workdir=where[:500])
+    JobWorker.objects.filter(job_id=job.pk, job__attempt=attempt).update(workdir=where[:500])
 
 
 def keep_alive(job: Job, rank: int, now: datetime) -> None:
