@@ -68,12 +68,15 @@ GANTRY_GPU_IDLE_PERCENT = setting("int", "GANTRY_GPU_IDLE_PERCENT", 5)
 GANTRY_GPU_IDLE_MINUTES = setting("float", "GANTRY_GPU_IDLE_MINUTES", 60.0)
 GANTRY_GPU_IDLE_GRACE_MINUTES = setting("float", "GANTRY_GPU_IDLE_GRACE_MINUTES", 15.0)
 GANTRY_GPU_IDLE_KINDS = setting("str", "GANTRY_GPU_IDLE_KINDS", "notebook")
-# The executor's GPU sampling period, passed to Kubernetes GPU pods (unset: its 5 s).
-GANTRY_GPU_SAMPLE_SECONDS = setting("float", "GANTRY_GPU_SAMPLE_SECONDS", None)
 # NVIDIA dcgm-exporter endpoints (comma-separated; a name is scraped at every address it
 # resolves to, e.g. the headless Service's): Kubernetes jobs' GPU samples come from them
 # each minute, and their pods then do not sample NVML themselves.
 GANTRY_DCGM_EXPORTER_URLS = setting("list", "GANTRY_DCGM_EXPORTER_URLS", [])
+# The executor's GPU sampling period as Kubernetes GPU pods get it (unset: its own 5 s;
+# 0, off, with the DCGM exporter). Local executors read the variable itself.
+GANTRY_GPU_SAMPLE_SECONDS = (
+    0.0 if GANTRY_DCGM_EXPORTER_URLS else setting("float", "GANTRY_GPU_SAMPLE_SECONDS", None)
+)
 if GANTRY_GPU_IDLE_KINDS not in ("notebook", "all"):
     fail("GANTRY_GPU_IDLE_KINDS", f"must be notebook or all, not {GANTRY_GPU_IDLE_KINDS!r}")
 # Notifications (notifications/): webhook and email deliveries are retried this many

@@ -106,10 +106,7 @@ def manifest_config(ref: ClusterRef) -> m.ManifestConfig:
         notebook_port=settings.GANTRY_K8S_NOTEBOOK_PORT,
         grace_seconds=settings.GANTRY_JOB_GRACE_SECONDS,
         final_flush_seconds=settings.GANTRY_EXECUTOR_FINAL_FLUSH_SECONDS,
-        # With the DCGM exporter configured, telemetry.dcgm samples the GPUs instead.
-        gpu_sample_seconds=0
-        if settings.GANTRY_DCGM_EXPORTER_URLS
-        else settings.GANTRY_GPU_SAMPLE_SECONDS,
+        gpu_sample_seconds=settings.GANTRY_GPU_SAMPLE_SECONDS,
     )
 
 

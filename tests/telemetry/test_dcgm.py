@@ -8,6 +8,9 @@ storage, the minute's task, the usage sums) is the real code."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +19,6 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from jobs.backends.kubernetes import manifest_config
 from jobs.models import Job, MetricPoint
 from telemetry import dcgm, tasks
 from telemetry.models import GpuUsageDay
@@ -152,13 +154,32 @@ def test_nothing_configured_nothing_scraped(recorded, settings):
     assert tasks.tick()["dcgm_points"] == 0
 
 
-def test_pods_leave_sampling_to_the_exporter(settings):
-    ref = type("Ref", (), {"namespace_prefix": "gantry-"})()
-    settings.GANTRY_GPU_SAMPLE_SECONDS = 2.0
-    settings.GANTRY_DCGM_EXPORTER_URLS = ["http://dcgm-exporter.gantry.svc:9400/metrics"]
-    assert manifest_config(ref).gpu_sample_seconds == 0
-    settings.GANTRY_DCGM_EXPORTER_URLS = []
-    assert manifest_config(ref).gpu_sample_seconds == 2.0
+@pytest.mark.parametrize(
+    "urls,expected", [("http://gantry-dcgm-exporter.gantry.svc:9400/metrics", "0.0"), ("", "2.0")]
+)
+def test_pods_leave_sampling_to_the_exporter(urls, expected):
+    """The settings as a fresh process reads them from its environment."""
+    environ = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "GANTRY_GPU_SAMPLE_SECONDS": "2",
+        "GANTRY_DCGM_EXPORTER_URLS": urls,
+    }
+    code = (
+        "import django; django.setup(); from django.conf import settings; "
+        "from jobs.backends.kubernetes import manifest_config; "
+        "from jobs.backends.k8s_client import ClusterRef; "
+        "print(manifest_config(ClusterRef('default')).gpu_sample_seconds)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=environ,
+        cwd=HERE.parents[2],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == expected
 
 
 def test_the_exposition_is_read_by_name_and_label():
