@@ -549,3 +549,49 @@ def test_the_oldest_fifth_of_the_queue_goes_first_in_submit_order():
     d = schedule(Snapshot(nodes, quotas, [], pending), 3600, PolicyConfig(fifo_tail_fraction=0))
     assert d.admit == [("new0", {"n0": 1})]
     assert sorted(d.waiting, key=lambda jid: d.waiting[jid].position)[-2:] == ["old1", "old2"]
+
+
+# --------------------------------------------------------------------------- guarantee first
+
+
+def _guarantee_case(b_job: JobRequest) -> Snapshot:
+    """Tenant a borrows the whole 8-GPU node but one GPU and has 9 old 1-GPU jobs queued
+    (all in the tail guard); tenant b, guaranteed 2 GPUs and running none, queues one job
+    submitted after all of them."""
+    nodes = [node("n0")]
+    quotas = {"a": Quota("a", 2, 6), "b": Quota("b", 2, 6)}
+    busy = [running(job(f"r{i}", "a", est=1e6), {"n0": 1}) for i in range(7)]
+    pending = [job(f"a{i}", "a", submit=float(i), est=1e6) for i in range(9)] + [b_job]
+    return Snapshot(nodes, quotas, busy, pending)
+
+
+def test_guarantee_first_serves_a_tenant_below_its_guarantee_ahead_of_the_tail():
+    snap = _guarantee_case(job("b0", "b", submit=100.0, est=1e6))
+    # Without the rule the oldest job of the borrowing tenant takes the last GPU ...
+    d = schedule(snap, 200.0, PolicyConfig(guarantee_first=False))
+    assert [a for a, _ in d.admit] == ["a0"]
+    # ... with it, tenant b's job, which fits in b's guarantee, starts first.
+    d = schedule(snap, 200.0, PolicyConfig(guarantee_first=True))
+    assert [a for a, _ in d.admit] == ["b0"]
+    assert d.preempt == []
+
+
+def test_guarantee_first_leaves_a_job_that_does_not_fit_now_to_the_usual_order():
+    # b's 2-GPU job is within its guarantee but does not fit in the one free GPU: it is
+    # not pulled ahead (it would take the reservation ahead of the tail guard's jobs).
+    snap = _guarantee_case(job("b0", "b", gpus=2, submit=100.0, est=1e6))
+    d = schedule(snap, 200.0, PolicyConfig(guarantee_first=True))
+    assert [a for a, _ in d.admit] == ["a0"]
+    assert "b0" in d.waiting
+
+
+def test_guarantee_first_stops_at_the_guarantee():
+    # b has 3 jobs queued, guarantee 2: only 2 jump ahead; the third waits its turn.
+    nodes = [node("n0")]
+    quotas = {"a": Quota("a", 2, 6), "b": Quota("b", 2, 6)}
+    pending = [job(f"a{i}", "a", submit=float(i), est=1e6) for i in range(9)]
+    pending += [job(f"b{i}", "b", submit=100.0 + i, est=1e6) for i in range(3)]
+    busy = [running(job(f"r{i}", "a", est=1e6), {"n0": 1}) for i in range(5)]
+    d = schedule(Snapshot(nodes, quotas, busy, pending), 200.0,
+                 PolicyConfig(guarantee_first=True))
+    assert [a for a, _ in d.admit] == ["b0", "b1", "a0"]
