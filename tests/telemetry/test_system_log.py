@@ -5,11 +5,12 @@ unchanged. No processes: ingestion is called as the executor API calls it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.utils import timezone
 
@@ -65,12 +66,20 @@ def test_a_job_without_the_worker_gets_nothing(project, owner):
 
 def test_live_viewers_get_the_line(project, owner, django_capture_on_commit_callbacks):
     job = running(project, owner)
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(group_name(job.pk), channel)
-    with django_capture_on_commit_callbacks(execute=True):
+    with django_capture_on_commit_callbacks() as callbacks:
         append_system_log(job, "watch this")
-    message = async_to_sync(layer.receive)(channel)
+
+    async def listen_then_commit():
+        # One event loop for subscribe and receive: the Redis pub/sub layer (the
+        # PostgreSQL pass) keeps a channel only in the loop that created it.
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(group_name(job.pk), channel)
+        for callback in callbacks:
+            await sync_to_async(callback)()
+        return await asyncio.wait_for(layer.receive(channel), 30)
+
+    message = async_to_sync(listen_then_commit)()
     assert message["type"] == "job.lines" and message["first"] == message["last"] == 1
     assert json.loads(message["json"])[0]["text"] == "[gantry] watch this"
 
