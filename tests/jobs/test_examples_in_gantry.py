@@ -24,7 +24,8 @@ def test_ddp_example_runs_as_a_distributed_job_and_keeps_both_ranks_logs(running
         command=f"python {EXAMPLES / 'train_digits_ddp.py'}", parameters={"epochs": 2},
     )
     wait_for(job, "succeeded", "failed", "lost", timeout=240)
-    assert job.state == "succeeded", (job.state_reason, [line["text"] for line in log_lines(job, worker=1)][-10:])
+    tail = "\n".join(line["text"] for line in log_lines(job, worker=1)[-15:])
+    assert job.state == "succeeded", f"{job.state_reason}; worker 1's last lines:\n{tail}"
     for rank in (0, 1):
         text = "\n".join(line["text"] for line in log_lines(job, worker=rank, limit=100_000))
         assert f"rank {rank}" in text, f"rank {rank}'s log: {text[-500:]}"
