@@ -1,5 +1,6 @@
 """Datasets on the filesystem backend: uploads, versions, archives, browsing, jobs."""
 
+import gzip
 import hashlib
 import io
 import os
@@ -297,10 +298,11 @@ def test_dataset_list_query_count_does_not_grow(
 
 
 def _zip(entries: dict[str, bytes], link: str | None = None) -> bytes:
+    """A zip archive with fixed entry times (see _tar)."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data in entries.items():
-            zf.writestr(name, data)
+            zf.writestr(zipfile.ZipInfo(name), data, zipfile.ZIP_DEFLATED)
         if link:
             info = zipfile.ZipInfo(link)
             info.external_attr = 0o120777 << 16
@@ -308,9 +310,11 @@ def _zip(entries: dict[str, bytes], link: str | None = None) -> bytes:
     return buf.getvalue()
 
 
-def _tar(entries: dict[str, bytes], links=(), mode="w:gz") -> bytes:
+def _tar(entries: dict[str, bytes], links=(), gz=True) -> bytes:
+    """A tar archive, gzipped with a fixed header time: these bytes are collected as
+    test parameters by every xdist worker, and the collections must be equal."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tf:
+    with tarfile.open(fileobj=buf, mode="w") as tf:
         for name, data in entries.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
@@ -320,7 +324,7 @@ def _tar(entries: dict[str, bytes], links=(), mode="w:gz") -> bytes:
             info.type = kind
             info.linkname = target
             tf.addfile(info)
-    return buf.getvalue()
+    return gzip.compress(buf.getvalue(), mtime=0) if gz else buf.getvalue()
 
 
 def _import(owner, dataset, name, payload):
@@ -335,8 +339,9 @@ def _import(owner, dataset, name, payload):
     [
         ("d.zip", _zip({"a/x.txt": b"x", "b.txt": b"bb"})),
         ("d.tar.gz", _tar({"./a/x.txt": b"x", "b.txt": b"bb"})),
-        ("d.tar", _tar({"a/x.txt": b"x", "b.txt": b"bb"}, mode="w")),
+        ("d.tar", _tar({"a/x.txt": b"x", "b.txt": b"bb"}, gz=False)),
     ],
+    ids=["zip", "tar.gz", "tar"],
 )
 def test_archives_unpack_into_a_version(owner, dataset, name, payload):
     archive = _import(owner, dataset, name, payload)
@@ -356,6 +361,17 @@ def test_archives_unpack_into_a_version(owner, dataset, name, payload):
         ("bomb.zip", _zip({"zeros": b"\0" * (20 * MIB)}), "archive bomb"),
         ("t.zip", _zip({"a\x01b": b"x"}), "control"),
         ("t.zip", b"not an archive at all", "Not a zip or tar"),
+    ],
+    ids=[
+        "zip-parent",
+        "zip-absolute",
+        "zip-symlink",
+        "tar-symlink",
+        "tar-hardlink",
+        "tar-parent",
+        "zip-bomb",
+        "zip-control-char",
+        "not-an-archive",
     ],
 )
 def test_malicious_archives_are_refused_and_nothing_is_committed(
