@@ -27,7 +27,6 @@ busy GPUs over the week, so arrivals are compressed ``--alibaba-speedup`` (20) t
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -133,12 +132,9 @@ def philly(args):
 
 def alibaba(args):
     path = os.path.join(TRACES, "alibaba_openb_week.csv")
-    with open(path, newline="") as fh:
-        qos = {row["job_id"]: row["qos"] or "none" for row in csv.DictReader(fh)}
     trace = [
-        TraceJob(j.job_id, j.submit_time / args.alibaba_speedup, j.duration, j.num_gpus,
-                 qos.get(j.job_id, "none"))
-        for j in load_trace(path)
+        TraceJob(j.job_id, j.submit_time / args.alibaba_speedup, j.duration, j.num_gpus, j.tenant)
+        for j in load_trace(path, tenant_column="qos")
         if j.num_gpus > 0
     ]
     jobs = window(trace, args.alibaba_start, args.count)

@@ -1,7 +1,8 @@
 """Loading and validating GPU cluster traces (CSV or gzip-compressed CSV).
 
 Required columns: ``job_id``, ``submit_time`` (seconds), ``duration`` (seconds, > 0) and
-``num_gpus`` (integer >= 0). Optional: ``tenant`` (default ``"default"``), ``priority``
+``num_gpus`` (integer >= 0). Optional: ``tenant`` (default ``"default"``; ``tenant_column``
+names another column for traces without one, e.g. Alibaba's ``qos``), ``priority``
 (integer, default 0), ``censored`` (0/1). Any other column is ignored. Rows with
 ``censored = 1`` (still running or pending when the trace ended, e.g. Alibaba's openb list)
 are skipped by default because their true duration is unknown.
@@ -126,6 +127,7 @@ def parse_trace(
     source: str = "trace",
     skip_censored: bool = True,
     strict: bool = False,
+    tenant_column: str = "tenant",
 ) -> TraceJobs:
     """Parse CSV text lines into jobs sorted by submit time (stable for ties).
 
@@ -153,7 +155,9 @@ def parse_trace(
         if not row or all(not cell.strip() for cell in row):
             continue
         try:
-            job = _parse_row(row, header, col, seen, line, source, skip_censored, req_col)
+            job = _parse_row(
+                row, header, col, seen, line, source, skip_censored, req_col, tenant_column
+            )
         except TraceError as exc:
             if strict:
                 raise
@@ -166,7 +170,9 @@ def parse_trace(
     return TraceJobs(jobs, skipped)
 
 
-def _parse_row(row, header, col, seen, line, source, skip_censored, req_col) -> TraceJob | None:
+def _parse_row(
+    row, header, col, seen, line, source, skip_censored, req_col, tenant_column="tenant"
+) -> TraceJob | None:
     if len(row) != len(header):
         raise TraceError(
             f"expected {len(header)} fields, got {len(row)}", source=source, line=line
@@ -209,7 +215,7 @@ def _parse_row(row, header, col, seen, line, source, skip_censored, req_col) -> 
         raise TraceError(
             f"must be >= 0, got {gpus}", source=source, line=line, column="num_gpus"
         )
-    tenant = (get("tenant") or "").strip() or "default"
+    tenant = (get(tenant_column) or "").strip() or "default"
     prio_raw = get("priority")
     priority = 0
     if prio_raw is not None and prio_raw.strip():
@@ -226,13 +232,23 @@ def _parse_row(row, header, col, seen, line, source, skip_censored, req_col) -> 
 
 
 def load_trace(
-    path: str | os.PathLike, *, skip_censored: bool = True, strict: bool = False
+    path: str | os.PathLike,
+    *,
+    skip_censored: bool = True,
+    strict: bool = False,
+    tenant_column: str = "tenant",
 ) -> TraceJobs:
     """Load a trace file (``.csv`` or ``.csv.gz``); see ``parse_trace``."""
     source = os.path.basename(os.fspath(path))
     try:
         with _open_text(path) as fh:
-            return parse_trace(fh, source=source, skip_censored=skip_censored, strict=strict)
+            return parse_trace(
+                fh,
+                source=source,
+                skip_censored=skip_censored,
+                strict=strict,
+                tenant_column=tenant_column,
+            )
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise TraceError("file not found", source=os.fspath(path)) from exc

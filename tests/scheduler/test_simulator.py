@@ -221,6 +221,13 @@ def test_censored_rows_are_skipped():
     assert exc.value.line == 3 and exc.value.column == "duration"
 
 
+def test_tenants_can_come_from_another_column():
+    """Alibaba's openb list has no tenant column: the bench takes its QoS class instead."""
+    rows = ["job_id,submit_time,duration,num_gpus,qos,tenant", "a,0,10,1,LS,x", "b,1,5,1,,y"]
+    assert [j.tenant for j in parse_trace(rows, tenant_column="qos")] == ["LS", "default"]
+    assert [j.tenant for j in parse_trace(rows)] == ["x", "y"]
+
+
 def test_load_trace_csv_and_gz(tmp_path):
     text = "job_id,submit_time,duration,num_gpus,tenant\n1,0,10,2,a\n2,4,5,1,b\n"
     plain = tmp_path / "t.csv"
