@@ -118,6 +118,10 @@ mon allow pool size one = true
 mon allow pool delete = true
 paxos propose interval = 0.1
 mon warn on pool no redundancy = false
+# The monitor refuses to start below 5% free disk by default: on a large shared disk
+# that can still be many GiB (the test cluster's data is in memory, memstore).
+mon data avail crit = 1
+mon data avail warn = 2
 osd objectstore = memstore
 memstore device bytes = 4294967296
 osd data = {r}/osd/$cluster-$id
