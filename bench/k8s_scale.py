@@ -36,7 +36,9 @@ Kueue's CI admission throughput (about 43 admissions/s). Also: where a launch's 
 (the launching thread per job, the pool's API writes per attempt), the CPU seconds of each
 process while the jobs ran (Gantry's, the driver's, each control-plane component's: on a
 shared machine the control plane competes with Gantry), and, after the burst, `--quiet-jobs`
-single jobs one at a time (what one launch adds when nothing queues).
+single jobs one at a time (what one launch adds when nothing queues) and `--paced-jobs`
+arriving `--paced-rate` per second (steady arrivals the cluster keeps up with), with the
+same split of submit -> pod Running.
 """
 
 from __future__ import annotations
@@ -140,29 +142,55 @@ def job_latencies(
     return out
 
 
-def quiet_launches(count: int, submit, launched_at: dict) -> dict[str, list[float]]:
-    """Single jobs on the quiet cluster, one at a time, after the burst: what one launch
-    adds when nothing queues (admitted -> objects created; submit -> the job running as
-    the driver's executor reports it)."""
+def paced_launches(count: int, rate: float, submit) -> dict[int, float]:
+    """After the burst: ``count`` 1-GPU jobs submitted ``rate`` per second (0: one at a
+    time, each once it runs), each followed by an admission pass and the launch task as
+    a submit is in live Gantry. Returns their submit times; the pods' Running times come
+    from the driver, the objects' creation from the launch pool, as for the burst."""
     from django.db import close_old_connections
 
+    from jobs.models import Job
     from jobs.tasks import launch_admitted
     from scheduling.admission import admission_pass
 
-    quiet: dict[str, list[float]] = {"gantry": [], "to_running": []}
-    for _ in range(count):
+    submitted: dict[int, float] = {}
+    began = time.monotonic()
+    for i in range(count):
+        if rate > 0:
+            time.sleep(max(0.0, began + i / rate - time.monotonic()))
         close_old_connections()
-        job, t_sub = submit(), time.time()
+        job = submit()
+        submitted[job.pk] = time.time()
         admission_pass()
         launch_admitted()
-        job.refresh_from_db()
-        while job.state in ("starting", "admitted") and time.time() - t_sub < 30:
+        while rate <= 0 and time.time() - submitted[job.pk] < 30:
+            launch_admitted()  # reports what the launch pool finished
+            if Job.objects.filter(pk=job.pk, state="running").exists():
+                break
             time.sleep(0.02)
-            job.refresh_from_db()
-        if job.state == "running" and job.pk in launched_at:
-            quiet["gantry"].append(launched_at[job.pk] - job.admitted_at.timestamp())
-            quiet["to_running"].append(time.time() - t_sub)
-    return quiet
+    settle = time.monotonic() + 60
+    pending = ("queued", "admitted", "starting")
+    while (
+        time.monotonic() < settle
+        and Job.objects.filter(pk__in=submitted, state__in=pending).exists()
+    ):
+        admission_pass()
+        launch_admitted()
+        time.sleep(0.05)
+    return submitted
+
+
+def after_the_burst(args, deadline: float, submit) -> dict[str, dict[int, float]]:
+    """The phases after the burst, while the deadline allows: one job at a time, then
+    paced arrivals. Phase name -> the submit times of its jobs."""
+    paced: dict[str, dict[int, float]] = {}
+    for phase, count, rate in (
+        ("one_at_a_time", args.quiet_jobs, 0.0),
+        (f"{args.paced_rate:g}_per_s", args.paced_jobs, args.paced_rate),
+    ):
+        if time.monotonic() < deadline and count:
+            paced[phase] = paced_launches(count, rate, submit)
+    return paced
 
 
 def cpu_seconds(pid: int) -> float:
@@ -207,6 +235,13 @@ def main() -> int:
         default=20,
         help="then this many jobs one at a time on the quiet cluster (a lone launch's cost)",
     )
+    parser.add_argument(
+        "--paced-jobs",
+        type=int,
+        default=200,
+        help="then this many jobs arriving --paced-rate per second (steady arrivals)",
+    )
+    parser.add_argument("--paced-rate", type=float, default=5.0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "k8s_scale.json"))
     args = parser.parse_args()
 
@@ -382,8 +417,11 @@ def main() -> int:
         requests_before, t_requests0 = apiserver_requests(), time.time()
         # Who used the machine's CPU while the jobs ran: Gantry's processes, the
         # simulated kubelets and executors, and each control-plane component.
-        pids = {"gantry_scheduler_and_launcher": os.getpid(), "gantry_k8s_watch": watcher.pid,
-                "driver_kubelets_and_executors": driver.pid}
+        pids = {
+            "gantry_scheduler_and_launcher": os.getpid(),
+            "gantry_k8s_watch": watcher.pid,
+            "driver_kubelets_and_executors": driver.pid,
+        }
         pids.update((name, proc.pid) for name, proc in cluster.processes.items())
         cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
         passes: list[tuple[int, float]] = []
@@ -413,12 +451,14 @@ def main() -> int:
             time.sleep(0.05)
         elapsed = time.monotonic() - began
         all_requests = apiserver_requests() - requests_before
-        cpu_used = {name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()}
+        cpu_used = {
+            name: round(cpu_seconds(pid) - cpu_before[name], 1) for name, pid in pids.items()
+        }
         requests_seconds = time.time() - t_requests0
-        quiet = quiet_launches(
-            args.quiet_jobs if time.monotonic() < deadline else 0,
+        paced = after_the_burst(
+            args,
+            deadline,
             lambda: submit_job(user, projects[mix[0]["tenant"]], command="python q.py", gpus=1),
-            launched_at,
         )
         for helper in helpers:
             helper.terminate()
@@ -436,6 +476,13 @@ def main() -> int:
             )
         }
         lat = job_latencies(submitted_at, spec_of, running_at, launched_at, admitted_at, first_pass)
+        one_gpu = {"workers": 1}
+        after = {
+            phase: job_latencies(
+                times, dict.fromkeys(times, one_gpu), running_at, launched_at, admitted_at, set()
+            )
+            for phase, times in paced.items()
+        }
         busy = [(n, s) for n, s in passes if n]
         util = [g / capacity for _, g in samples]
         steady = util[len(util) // 4 : 3 * len(util) // 4] or util
@@ -463,9 +510,14 @@ def main() -> int:
                 "gantry_admitted_to_objects_created_first_pass": summary(lat["burst"]),
                 "gantry_admitted_to_objects_created_later_passes": summary(lat["later"]),
                 "cluster_objects_created_to_running": summary(lat["cluster"]),
-                "quiet_cluster_one_job_at_a_time": {
-                    "gantry_admitted_to_objects_created": summary(quiet["gantry"]),
-                    "submit_to_running_as_reported": summary(quiet["to_running"]),
+                "after_the_burst": {
+                    phase: {
+                        "jobs": len(times),
+                        "submit_to_pod_running": summary(after[phase]["to_running"]),
+                        "gantry_admitted_to_objects_created": summary(after[phase]["gantry"]),
+                        "cluster_objects_created_to_running": summary(after[phase]["cluster"]),
+                    }
+                    for phase, times in paced.items()
                 },
                 "launch_concurrency": settings.GANTRY_K8S_LAUNCH_CONCURRENCY,
                 "launch_split": {
