@@ -158,6 +158,8 @@ def create_snapshot(actor, project, files: Any, git: Any = None) -> tuple[CodeSn
     require(actor, "snapshot.create", project)
     cleaned = clean_manifest(files)
     git_fields = clean_git(git)
+    # One snapshot starting at a time per tenant, so two cannot both take the last bytes.
+    type(project.tenant).objects.select_for_update().filter(pk=project.tenant_id).first()
     held = held_by_tenant(project.tenant_id, (f["sha256"] for f in cleaned))
     missing = sorted({f["sha256"] for f in cleaned} - held)
     check_snapshot_quota(project, cleaned, set(missing))
@@ -188,8 +190,13 @@ def create_snapshot(actor, project, files: Any, git: Any = None) -> tuple[CodeSn
 
 def check_snapshot_quota(project, files: list[dict[str, Any]], missing: set[str]) -> None:
     """The contents the tenant does not hold yet must fit in its storage quota (snapshot
-    blobs count there, beside datasets' and checkpoints')."""
-    new_bytes = sum({f["sha256"]: f["size"] for f in files if f["sha256"] in missing}.values())
+    blobs count there, beside datasets' and checkpoints'). Contents another pending
+    snapshot already waits for are reserved once (a client retrying after a broken
+    upload does not pay twice)."""
+    waiting = _waited_for(project.tenant_id)
+    new_bytes = sum(
+        {f["sha256"]: f["size"] for f in files if f["sha256"] in missing - waiting.keys()}.values()
+    )
     if not new_bytes:
         return
     try:
@@ -200,6 +207,27 @@ def check_snapshot_quota(project, files: list[dict[str, Any]], missing: set[str]
             "Leave data and weights out (.gitignore or .gantryignore), delete old dataset "
             "versions, or ask a lab administrator for more."
         ) from None
+
+
+def _waited_for(tenant_id: int) -> dict[str, int]:
+    """Contents (sha256 -> size) the tenant's pending snapshots still wait for."""
+    return dict(
+        SnapshotFile.objects.filter(
+            snapshot__project__tenant_id=tenant_id,
+            snapshot__state=SnapshotState.PENDING,
+            blob__isnull=True,
+        )
+        .values_list("sha256", "size")
+        .distinct()
+    )
+
+
+def pending_snapshot_bytes(tenant) -> int:
+    """Bytes reserved in the storage quota for what pending snapshots wait for, until
+    their files arrive or they expire (contents the tenant holds by then cost nothing)."""
+    waiting = _waited_for(tenant.pk)
+    held = held_by_tenant(tenant.pk, waiting)
+    return sum(size for sha, size in waiting.items() if sha not in held)
 
 
 def tenant_snapshot_blobs(tenant):

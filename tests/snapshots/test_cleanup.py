@@ -6,6 +6,7 @@ import io
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.files.storage import default_storage
 from django.utils import timezone
 
@@ -111,6 +112,36 @@ def test_a_snapshot_over_the_storage_quota_is_refused_and_nothing_is_stored(
     )
     assert fits.status_code == 201, fits.content
     assert fits.json()["state"] == "ready"
+
+
+def test_pending_snapshots_reserve_what_they_wait_for_once(owner, project, settings):
+    settings.GANTRY_SNAPSHOT_PENDING_HOURS = 24
+    StorageQuota.objects.create(tenant=project.tenant, bytes=5000)
+    first = _pending(owner, project, {"a.bin": b"a" * 3000})
+    assert tenant_usage(project.tenant) == 3000  # reserved before a byte arrived
+
+    # A second snapshot with other new contents cannot take the reserved bytes too...
+    with pytest.raises(ValidationError, match="needs 3.0 KB but the tenant has 2.0 KB"):
+        _pending(owner, project, {"b.bin": b"b" * 3000})
+    # ...but a retry of the same tree (the client's upload broke) is not charged twice.
+    retry = _pending(owner, project, {"a.bin": b"a" * 3000, "c.py": b"c" * 100})
+    assert tenant_usage(project.tenant) == 3100
+
+    # Once the contents arrive, they count as held, once.
+    services.receive_blob(owner, retry, _sha(b"a" * 3000), io.BytesIO(b"a" * 3000))
+    assert tenant_usage(project.tenant) == 3100
+    services.receive_blob(owner, retry, _sha(b"c" * 100), io.BytesIO(b"c" * 100))
+    services.finalize_snapshot(owner, retry)
+    assert tenant_usage(project.tenant) == 3100
+
+    # A snapshot that expires gives back what it reserved.
+    lone = _pending(owner, project, {"d.bin": b"d" * 1000})
+    assert tenant_usage(project.tenant) == 4100
+    CodeSnapshot.objects.filter(pk__in=[first.pk, lone.pk]).update(
+        created_at=timezone.now() - timedelta(hours=25)
+    )
+    services.expire_pending_snapshots()
+    assert tenant_usage(project.tenant) == 3100
 
 
 def test_the_expiry_task_is_scheduled_at_migrate():
