@@ -132,43 +132,43 @@ class PolicyConfig:
     checkpoint_aware: bool = False
     # usage_history (GPU-seconds) / usage_window_s = average GPUs over the decay window.
     usage_window_s: float = 86_400.0
-    # Ranking (see Ranker): seconds of queue position one second of estimated runtime
-    # costs, up to the cap (a job without an estimate: the queue's median estimate) ...
-    runtime_weight: float = 1.0
-    runtime_cap_s: float = 3600.0
-    # The runtime term fades linearly with the job's age and is gone at this age, so a long
-    # job that has waited this long is ranked by submit time (and fair share) alone.
-    runtime_age_s: float = 2 * 3600.0
-    # ... and seconds of queue position per doubling of a tenant's service over its share.
-    fair_share_s: float = 60.0
+    # Ranking (see Ranker): a job's queue position is its submit time pushed back by
+    # size_weight x estimate x (GPUs^2 - 1 + size_single_gpu) / cluster GPUs, at most
+    # size_shift_cap_s (a job without an estimate: the queue's median estimate). GPUs^2 x
+    # estimate is the job's GPU work times its width: a wide gang both holds more GPUs and
+    # needs them free at once, so it yields most; a 1-GPU job yields an eighth of its own
+    # estimate over the cluster (a 7-day timeout: 20 min on 64 GPUs; a 2-GPU one 4.3 h, an
+    # 8-GPU one the whole cap). The cap bounds the
+    # wait it can add to any job, so nothing starves. On the 82 Philly windows (issue 28,
+    # realistic estimates) this met avg JCT <= EASY in 76 and p95 wait <= EASY in 75
+    # (weights 0.35-0.75, single-GPU 0.1-0.5, cap 24-48 h: 68-73 windows meeting both).
+    size_weight: float = 0.5
+    size_single_gpu: float = 0.25
+    size_shift_cap_s: float = 86_400.0
+    # ... and seconds of queue position per doubling of a tenant's service over its share
+    # (Philly windows: 60 s and 600 s met both goals in 71 windows, 600 s with Jain >= 0.9
+    # in 13 rather than 11; 3,600 s in 66, Jain in 18).
+    fair_share_s: float = 600.0
     # A job that fits in its tenant's guarantee (GPUs running now) moves this far ahead: idle
     # guaranteed capacity goes to its owner before anyone borrows, so reclaim is rarely needed.
     guarantee_boost_s: float = 0.0
     # Jobs that fit in their tenant's guarantee and in the free capacity now go first, ahead
-    # of the tail guard (Ranker._within_guarantee). On the 82 Philly windows (issue 28) it
-    # moved the geometric mean of avg JCT / EASY from 0.96 to 0.85 and of p95 wait / EASY
-    # from 0.95 to 0.82, Jain >= 0.9 from 11 to 19 windows, but p95 wait <= EASY from 59
-    # to 52 windows (variants placing it after the tail guard's head or after the tail, or
-    # limited to tenants below their share or with nothing running, did no better). Off by
-    # default: it also lets such jobs past the EASY reservation, the no-backfill head and
-    # the tail guard; bench/simulate.py runs it beside as ``gantry_guarantee_first``.
+    # of the tail guard (Ranker._within_guarantee). On the 82 Philly windows (issue 28) with
+    # the size ranking it met avg JCT <= EASY in 74 windows, p95 wait <= EASY in 69 and
+    # both in 65 (default: 75, 76, 71), Jain >= 0.9 in 15 (default 13). Off by default: it
+    # also lets such jobs past the EASY reservation, the no-backfill head and the tail
+    # guard; bench/simulate.py runs it beside as ``gantry_guarantee_first``.
     guarantee_first: bool = False
-    # Highest-response-ratio-next ranking (replaces the additive runtime term when > 0): a
-    # job's virtual submit time is now - response_ratio_s x (waited + e) / e, where e is its
-    # estimate (at least min_estimate_s) x GPUs ** gpu_exponent; the tenant terms above add.
-    response_ratio_s: float = 3600.0
-    min_estimate_s: float = 900.0
-    gpu_exponent: float = 0.0
     # Jobs that have waited fifo_age_s go first, in submit order (the tail guard); with
     # fifo_head, so do all jobs until the first that cannot start (the EASY head). The rest
     # go by rank.
     fifo_head: bool = False
     fifo_age_s: float = INF
     # Relative tail guard: the oldest fifo_tail_fraction of the queue (by submit time) goes
-    # first in submit order, whatever its age (0: off). An absolute age (2 h before) turned
-    # the policy into FIFO + EASY on a busy cluster, where nearly every job waits that long;
-    # on the Philly windows 0.2 met both goals in most windows (0.05, 0.1 and 0.3 fewer).
-    fifo_tail_fraction: float = 0.2
+    # first in submit order, whatever its age (0: off). With the size ranking above it only
+    # cost: on the Philly windows 0.02, 0.05 and 0.2 met both goals in 45, 47 and 38 windows
+    # (0: 71); the oldest jobs are then mostly wide gangs that take the EASY reservation.
+    fifo_tail_fraction: float = 0.0
     # A running job younger than this is not preempted (limits thrashing).
     min_runtime_before_preempt_s: float = 600.0
     # A job within its tenant's guarantee reclaims borrowed GPUs only after waiting this long

@@ -18,12 +18,14 @@ def _share(q: Quota | None) -> float:
 class Ranker:
     """The pass order, produced lazily because it depends on this pass's admissions.
 
-    Within a tenant, jobs are ordered by (priority desc, *virtual submit time* =
-    submit time + ``runtime_weight`` x min(estimate, ``runtime_cap_s``) x (1 - age /
-    ``runtime_age_s``), id): a short job is preferred over a long one submitted a little
-    earlier, but never by more than the cap, and the term fades as a job waits, so long jobs
-    age to the front. A job without an estimate counts as the median estimate of the queued
-    jobs that have one (and it is never backfilled past a reservation). Across tenants the heads of the tenants' queues are
+    Within a tenant, jobs are ordered by (priority desc, *virtual submit time*, id): the
+    submit time pushed back by ``size_weight`` x estimate x (GPUs^2 - 1 +
+    ``size_single_gpu``) / cluster GPUs, at most ``size_shift_cap_s``. Small jobs go ahead
+    of wide, long ones submitted a little earlier (work that would hold many GPUs waits for
+    the work behind it that is a small fraction of its size); no job is passed by one
+    submitted more than the cap after it, so nothing starves. A job without an estimate
+    counts as the median estimate of the queued jobs that have one (and it is never
+    backfilled past a reservation). Across tenants the heads of the tenants' queues are
     merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
     a tenant's *service* is its attained GPU service (decayed usage over the window + GPUs
     running now, including jobs admitted earlier in this pass) relative to its share
@@ -53,29 +55,18 @@ class Ranker:
             self.pos = {"": 0}
             self.heap = []
             return
-        w = cfg.runtime_weight
-        cap = cfg.runtime_cap_s
-        age_limit = cfg.runtime_age_s
         # A job without an estimate counts as the median estimate of those that have one:
         # neither ahead of nor behind a typical job for leaving its timeout unset.
         known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
         typical = known[(len(known) - 1) // 2] if known else 0.0
         queues: dict[str, list] = {}
-        rr, min_e, gexp = cfg.response_ratio_s, cfg.min_estimate_s, cfg.gpu_exponent
+        per_s = cfg.size_weight / max(sum(common.cl.cap_g), 1)
+        single, cap = cfg.size_single_gpu - 1, cfg.size_shift_cap_s
         for r in pend:
             est = r.estimated_duration
-            if est is None:
-                est = typical
-            v = r.submit_time
-            age = now - v
-            if rr > 0:
-                # Highest response ratio next: (waited + expected runtime) / expected runtime.
-                e = est if est > min_e else min_e
-                if gexp:
-                    e *= (r.workers * r.gpus_per_worker or 1) ** gexp
-                v = now - rr * ((age if age > 0.0 else 0.0) + e) / e
-            elif age < age_limit:
-                v += w * min(est, cap) * (1.0 - age / age_limit)
+            g = r.total_gpus
+            shift = per_s * (typical if est is None else est) * (g * g + single)
+            v = r.submit_time + (shift if shift < cap else cap)
             queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
         for q in queues.values():
             q.sort()  # ids are unique, so the comparison never reaches the request

@@ -5,21 +5,19 @@ No Django, no I/O, no clocks: the live scheduler and the trace simulator call th
 
 Policy, in order of application (see ``schedule``):
 
-1. **Ranking** (``Ranker``). Pending jobs are ordered by priority (higher first). The
-   oldest ``fifo_tail_fraction`` (a fifth) of the queue comes next, in submit order: the
-   tail guard (relative, so it stays a guard on a busy cluster where every job has waited
-   hours; ``fifo_age_s`` adds an absolute age, off by default). The
-   rest are ordered by a *virtual time*: highest response ratio next, ``now -
-   response_ratio_s x (waited + e) / e`` with ``e`` the job's estimate (its timeout; at least
-   ``min_estimate_s``; a job without one counts as the queue's median estimate), so short
-   jobs go first and long ones catch up as they wait; plus ``fair_share_s`` per doubling of
-   the tenant's attained service over its share (decayed GPU usage + GPUs running now,
-   including jobs admitted earlier in the pass, over weight x guaranteed GPUs; by default a
-   tie-breaker, 60 s per doubling: larger weights measured worse JCT and p95 wait on the
-   Philly windows without raising Jain's index); minus ``guarantee_boost_s`` (default 0)
-   while the job fits in its tenant's guarantee. A tenant's *pending* jobs do not count against it, so
-   submitting many short jobs costs nothing. A preempted job keeps its submit time, hence
-   its place. (``response_ratio_s = 0`` selects an additive runtime term instead.)
+1. **Ranking** (``Ranker``). Pending jobs are ordered by priority (higher first), then by
+   a *virtual submit time*: the submit time pushed back by ``size_weight`` x the job's
+   estimate (its timeout; a job without one counts as the queue's median estimate) x
+   (GPUs^2 - 1 + ``size_single_gpu``) / the cluster's GPUs, at most ``size_shift_cap_s``
+   (a day). A wide, long gang yields to the small jobs submitted in the hours after it, a
+   1-GPU job hardly moves (a 7-day timeout: 20 minutes on 64 GPUs), and no job is passed by
+   one submitted more than the cap after it. Plus ``fair_share_s`` (10 min) per doubling
+   of the tenant's attained service over its share (decayed GPU usage + GPUs running now,
+   including jobs admitted earlier in the pass, over weight x guaranteed GPUs); minus
+   ``guarantee_boost_s`` (default 0) while the job fits in its tenant's guarantee. A
+   tenant's *pending* jobs do not count against it, so submitting many short jobs costs
+   nothing. A preempted job keeps its submit time, hence its place. The opt-in tail guard
+   (``fifo_tail_fraction``, ``fifo_age_s``) puts the oldest jobs first in submit order.
 2. **Quotas (Kueue cohort style).** A tenant never holds more than ``guaranteed +
    borrow_limit`` GPUs (nor more than ``max_cpus`` / ``max_memory_mb`` / ``max_jobs``).
    Anything above the guaranteed share is *borrowed*. Jobs are only ever placed on free

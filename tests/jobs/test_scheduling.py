@@ -293,6 +293,7 @@ def test_the_queue_page_shows_position_and_reason_to_the_tenant_and_404_to_outsi
     client_for, owner, member, outsider, tenant, project
 ):
     blocker = submit(owner, project, gpus=4)
+    assert admission_pass() == [blocker]
     waiting = submit(owner, project, gpus=2, timeout_seconds=600)
     admission_pass()
     url = reverse("scheduling:tenant_queue", args=[tenant.pk])

@@ -61,7 +61,7 @@ def test_preemption_after_a_reservation_in_the_same_pass():
     quotas = {"a": Quota("a", 8, 8), "b": Quota("b", 8, 8)}
     busy = [RunningJob(job("low", "a", 8, est=1000), {"n0": 1}, -600),
             RunningJob(job("b0", "b", 8, prio=1, est=700), {"n1": 1}, -600)]
-    pend = [job("b1", "b", 8, prio=1, submit=0), job("a-hi", "a", 8, prio=1, submit=5, est=10)]
+    pend = [job("b1", "b", 8, prio=1, submit=0), job("a-hi", "a", 8, prio=1, submit=500, est=10)]
     d = schedule(Snapshot(nodes(2), quotas, busy, pend), 0, IMMEDIATE)
     assert d.reservation is not None and d.reservation.job_id == "b1"
     assert d.reservation.start == 100

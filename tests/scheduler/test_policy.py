@@ -207,7 +207,9 @@ def _backfill_setup():
         running(job("r1", "b", gpus=4, est=1000), {"n1": 1}),
         running(job("r2", "b", gpus=8, est=10**6), {"n2": 1}),
     ]
-    head = job("head", "a", gpus=8, workers=2, submit=0)
+    # The head has queued an hour: ahead of the smaller jobs submitted since, whose sizes
+    # push them back by less than that.
+    head = job("head", "a", gpus=8, workers=2, submit=-3600)
     return nodes, quotas, busy, head
 
 
@@ -228,7 +230,8 @@ def test_easy_backfill_short_job_runs_long_job_is_held():
         assert w.code == "reserved_for_head"
         assert "held for the 16-GPU job ahead of it" in w.message
     assert "no runtime estimate" in d.waiting["noest"].message
-    assert [d.waiting[j].position for j in ("head", "long", "noest")] == [1, 2, 3]
+    # noest counts as the median estimate (500 s), so it ranks ahead of the 50,000 s job.
+    assert [d.waiting[j].position for j in ("head", "noest", "long")] == [1, 2, 3]
 
 
 def test_backfill_may_use_resources_the_reservation_does_not_need():
@@ -253,8 +256,8 @@ def test_backfill_may_use_resources_the_reservation_does_not_need():
 
 def test_no_backfill_config_blocks_behind_head():
     nodes, quotas, busy, head = _backfill_setup()
-    # "short" ranks behind the head (its estimate is longer than the head's 100 s); it would
-    # fit now, but without backfill nothing passes the head.
+    # "short" ranks behind the head (submitted an hour later); it would fit now, but
+    # without backfill nothing passes the head.
     pend = [head, job("short", "a", gpus=4, submit=1, est=500)]
     d = schedule(Snapshot(nodes, quotas, busy, pend), 0, PolicyConfig(backfill=False))
     assert d.admit == []
@@ -533,15 +536,44 @@ def test_schedule_is_deterministic(snap: Snapshot):
     assert schedule(snap, 0.0) == schedule(snap, 0.0)
 
 
+def test_a_wide_long_gang_yields_to_small_jobs_but_only_up_to_the_cap():
+    # 8 busy nodes (64 GPUs). A 16-GPU gang with a 7-day timeout waits from t=0; its size
+    # (0.5 x 7 d x (16^2 - 0.75) / 64 = 58 d) is capped at a day. Small jobs submitted
+    # within that day rank ahead of it; one submitted after the day does not. A 1-GPU job
+    # with the same 7-day timeout moves back only 0.5 x 7 d x 0.25 / 64 = 20 min.
+    nodes8 = [node(f"n{i}") for i in range(8)]
+    quotas = {"a": Quota("a", 64, 0)}
+    busy = [running(job(f"r{i}", gpus=8, est=10**7), {f"n{i}": 1}) for i in range(8)]
+    week = 7 * 86_400.0
+    pending = [
+        job("gang", gpus=8, workers=2, submit=0, est=week),
+        job("small-early", gpus=1, submit=3_600, est=3_600),
+        job("small-late", gpus=1, submit=86_400 + 60, est=60),
+        job("long1", gpus=1, submit=100, est=week),
+        job("short1", gpus=1, submit=200, est=900),
+    ]
+    d = schedule(Snapshot(nodes8, quotas, busy, pending), 90_000)
+    assert d.admit == []
+    order = sorted(d.waiting, key=lambda jid: d.waiting[jid].position)
+    # Virtual times: short1 200 + 1.8 s, long1 100 + 1,181 s, small-early 3,600 + 7 s,
+    # gang 0 + 86,400 s (capped), small-late 86,460 + 0.1 s.
+    assert order == ["short1", "long1", "small-early", "gang", "small-late"]
+    # Size-blind (size_weight=0), the same queue is in submit order.
+    d = schedule(Snapshot(nodes8, quotas, busy, pending), 90_000, PolicyConfig(size_weight=0))
+    order = sorted(d.waiting, key=lambda jid: d.waiting[jid].position)
+    assert order == ["gang", "long1", "short1", "small-early", "small-late"]
+
+
 def test_the_oldest_fifth_of_the_queue_goes_first_in_submit_order():
     # One free GPU, ten queued 1-GPU jobs: the oldest two (a fifth) are long, the rest short.
-    # Response ratio alone would start a short one; the tail guard starts the oldest long job,
-    # and the waiting positions list the guarded jobs first, then shortest-expected first.
+    # The size ranking alone would start a short one; the tail guard (off by default) starts
+    # the oldest long job, and the waiting positions list the guarded jobs first, then the
+    # rest by rank.
     nodes = [node("n0", gpus=1)]
     quotas = {"a": Quota("a", 1, 0)}
     pending = [job("old1", submit=0, est=7 * 86_400), job("old2", submit=10, est=7 * 86_400)]
     pending += [job(f"new{i}", submit=100 + i, est=900 + 100 * i) for i in range(8)]
-    d = schedule(Snapshot(nodes, quotas, [], pending), 3600)
+    d = schedule(Snapshot(nodes, quotas, [], pending), 3600, PolicyConfig(fifo_tail_fraction=0.2))
     assert d.admit == [("old1", {"n0": 1})]
     order = sorted(d.waiting, key=lambda jid: d.waiting[jid].position)
     assert order == ["old2"] + [f"new{i}" for i in range(8)]
@@ -567,11 +599,12 @@ def _guarantee_case(b_job: JobRequest) -> Snapshot:
 
 def test_guarantee_first_serves_a_tenant_below_its_guarantee_ahead_of_the_tail():
     snap = _guarantee_case(job("b0", "b", submit=100.0, est=1e6))
-    # Without the rule the oldest job of the borrowing tenant takes the last GPU ...
-    d = schedule(snap, 200.0, PolicyConfig(guarantee_first=False))
+    # With the tail guard and without the rule the oldest job of the borrowing tenant takes
+    # the last GPU ...
+    d = schedule(snap, 200.0, PolicyConfig(guarantee_first=False, fifo_tail_fraction=0.2))
     assert [a for a, _ in d.admit] == ["a0"]
     # ... with it, tenant b's job, which fits in b's guarantee, starts first.
-    d = schedule(snap, 200.0, PolicyConfig(guarantee_first=True))
+    d = schedule(snap, 200.0, PolicyConfig(guarantee_first=True, fifo_tail_fraction=0.2))
     assert [a for a, _ in d.admit] == ["b0"]
     assert d.preempt == []
 
@@ -586,12 +619,13 @@ def test_guarantee_first_leaves_a_job_that_does_not_fit_now_to_the_usual_order()
 
 
 def test_guarantee_first_stops_at_the_guarantee():
-    # b has 3 jobs queued, guarantee 2: only 2 jump ahead; the third waits its turn.
+    # b has 3 jobs queued, guarantee 2: only 2 jump ahead; the third waits its turn behind
+    # the tail guard's jobs.
     nodes = [node("n0")]
     quotas = {"a": Quota("a", 2, 6), "b": Quota("b", 2, 6)}
     pending = [job(f"a{i}", "a", submit=float(i), est=1e6) for i in range(9)]
     pending += [job(f"b{i}", "b", submit=100.0 + i, est=1e6) for i in range(3)]
     busy = [running(job(f"r{i}", "a", est=1e6), {"n0": 1}) for i in range(5)]
     d = schedule(Snapshot(nodes, quotas, busy, pending), 200.0,
-                 PolicyConfig(guarantee_first=True))
+                 PolicyConfig(guarantee_first=True, fifo_tail_fraction=0.2))
     assert [a for a, _ in d.admit] == ["b0", "b1", "a0"]
