@@ -3,7 +3,7 @@
 - ``data``: nodes, quotas, jobs, the snapshot, the decision, ``PolicyConfig``.
 - ``placement``: free capacity per node, best-fit gang placement.
 - ``quotas``: the pass's usage per tenant, hard caps, why a job cannot run.
-- ``ranking``: the order of one pass (priority, tail guard, response ratio, fair share).
+- ``ranking``: the order of one pass (priority, size-weighted submit time, fair share).
 - ``messages``: wait reasons and ETAs in plain words.
 - ``schedule_pass``: ``schedule`` (the Gantry policy: backfill, preemption) and
   ``schedule_fifo`` (the FIFO baseline); its docstring describes the whole policy.

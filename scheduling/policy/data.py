@@ -138,7 +138,7 @@ class PolicyConfig:
     # estimate is the job's GPU work times its width: a wide gang both holds more GPUs and
     # needs them free at once, so it yields most; a 1-GPU job yields an eighth of its own
     # estimate over the cluster (a 7-day timeout: 20 min on 64 GPUs; a 2-GPU one 4.3 h, an
-    # 8-GPU one the whole cap). The cap bounds the
+    # 8-GPU one the whole cap; a CPU-only one is not moved). The cap bounds the
     # wait it can add to any job, so nothing starves. On the 82 Philly windows (issue 28,
     # realistic estimates) this met avg JCT <= EASY in 76 and p95 wait <= EASY in 75
     # (weights 0.35-0.75, single-GPU 0.1-0.5, cap 24-48 h: 68-73 windows meeting both).

@@ -23,7 +23,8 @@ class Ranker:
     ``size_single_gpu``) / cluster GPUs, at most ``size_shift_cap_s``. Small jobs go ahead
     of wide, long ones submitted a little earlier (work that would hold many GPUs waits for
     the work behind it that is a small fraction of its size); no job is passed by one
-    submitted more than the cap after it, so nothing starves. A job without an estimate
+    submitted more than the cap after it, so nothing starves; a CPU-only job is not moved.
+    A job without an estimate
     counts as the median estimate of the queued jobs that have one (and it is never
     backfilled past a reservation). Across tenants the heads of the tenants' queues are
     merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
@@ -65,8 +66,10 @@ class Ranker:
         for r in pend:
             est = r.estimated_duration
             g = r.total_gpus
-            shift = per_s * (typical if est is None else est) * (g * g + single)
-            v = r.submit_time + (shift if shift < cap else cap)
+            v = r.submit_time
+            if g:  # a CPU-only job holds no GPUs: it keeps its submit time
+                shift = per_s * (typical if est is None else est) * (g * g + single)
+                v += shift if shift < cap else cap
             queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
         for q in queues.values():
             q.sort()  # ids are unique, so the comparison never reaches the request

@@ -564,6 +564,22 @@ def test_a_wide_long_gang_yields_to_small_jobs_but_only_up_to_the_cap():
     assert order == ["gang", "long1", "short1", "small-early", "small-late"]
 
 
+def test_a_cpu_only_job_keeps_its_submit_time():
+    # No GPUs, nothing to weigh: a CPU-only job with a week's timeout stays at its submit
+    # time (10 s), neither moved back a day nor (as GPUs^2 - 0.75 < 0 would do) to the
+    # front. The 1-GPU jobs on the one-GPU node move back 0.5 x timeout x 0.25: 7.5 s and
+    # 112.5 s.
+    nodes1 = [node("n0", gpus=1, cpus=2)]
+    quotas = {"a": Quota("a", 1, 0)}
+    busy = [running(job("r", gpus=1, cpus=2, est=10**7), {"n0": 1})]
+    pending = [job("gpu-short", gpus=1, submit=0, est=60),
+               job("cpu", gpus=0, submit=10, est=7 * 86_400),
+               job("gpu-long", gpus=1, submit=5, est=900)]
+    d = schedule(Snapshot(nodes1, quotas, busy, pending), 100)
+    order = sorted(d.waiting, key=lambda jid: d.waiting[jid].position)
+    assert order == ["gpu-short", "cpu", "gpu-long"]
+
+
 def test_the_oldest_fifth_of_the_queue_goes_first_in_submit_order():
     # One free GPU, ten queued 1-GPU jobs: the oldest two (a fifth) are long, the rest short.
     # The size ranking alone would start a short one; the tail guard (off by default) starts
