@@ -140,7 +140,7 @@ class PolicyConfig:
     # estimate over the cluster (a 7-day timeout: 20 min on 64 GPUs; a 2-GPU one 4.3 h, an
     # 8-GPU one the whole cap; a CPU-only one is not moved). The cap bounds the
     # wait it can add to any job, so nothing starves. On the 82 Philly windows (issue 28,
-    # realistic estimates) this met avg JCT <= EASY in 76 and p95 wait <= EASY in 75
+    # realistic estimates) this met avg JCT <= EASY in 75, p95 wait <= EASY in 76, both in 71
     # (weights 0.35-0.75, single-GPU 0.1-0.5, cap 24-48 h: 68-73 windows meeting both).
     size_weight: float = 0.5
     size_single_gpu: float = 0.25
