@@ -24,10 +24,9 @@ class Ranker:
     of wide, long ones submitted a little earlier (work that would hold many GPUs waits for
     the work behind it that is a small fraction of its size); no job is passed by one
     submitted more than the cap after it, so nothing starves; a CPU-only job is not moved.
-    A job without an estimate
-    counts as the median estimate of the queued jobs that have one (and it is never
-    backfilled past a reservation). Across tenants the heads of the tenants' queues are
-    merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
+    A job without an estimate counts as the median estimate of the queued jobs that have
+    one (and it is never backfilled past a reservation). Across tenants the heads of the
+    tenants' queues are merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
     a tenant's *service* is its attained GPU service (decayed usage over the window + GPUs
     running now, including jobs admitted earlier in this pass) relative to its share
     (weight x guaranteed GPUs): a tenant at twice its share is pushed back by

@@ -538,7 +538,7 @@ def test_schedule_is_deterministic(snap: Snapshot):
 
 def test_a_wide_long_gang_yields_to_small_jobs_but_only_up_to_the_cap():
     # 8 busy nodes (64 GPUs). A 16-GPU gang with a 7-day timeout waits from t=0; its size
-    # (0.5 x 7 d x (16^2 - 0.75) / 64 = 58 d) is capped at a day. Small jobs submitted
+    # (0.5 x 7 d x (16^2 - 0.75) / 64 = 14 d) is capped at a day. Small jobs submitted
     # within that day rank ahead of it; one submitted after the day does not. A 1-GPU job
     # with the same 7-day timeout moves back only 0.5 x 7 d x 0.25 / 64 = 20 min.
     nodes8 = [node(f"n{i}") for i in range(8)]
