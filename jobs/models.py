@@ -109,7 +109,7 @@ class Job(models.Model):
                 name="job_project_state_idx",
             ),
             # Admission's fair-share history: GPU jobs that ran and finished recently
-            # (scheduling.admission.usage_history). Without it every pass read the whole table.
+            # (scheduling.admission.fair_share_history). Without it every pass read the whole table.
             models.Index(
                 fields=["finished_at"],
                 condition=models.Q(gpus__gt=0, started_at__isnull=False),

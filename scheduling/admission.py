@@ -27,8 +27,10 @@ What the snapshot holds:
 * pending: queued jobs with priority, submit time (`created_at`: a requeued or retried
   job keeps its place), gang size, per-worker resources and an estimated duration (the
   job's timeout if it has one, else none: such jobs are not backfilled past a reservation);
-* usage history: GPU-seconds of jobs finished within three decay windows, each decayed by
-  exp(-age / window), per tenant (one query).
+* fair-share history (`fair_share_history`, one query): per tenant, the GPU-seconds its jobs
+  finished within three decay windows received, and the GPU-seconds it was entitled to
+  (its weighted max-min share of the demand while its jobs waited or ran), each second
+  decayed by exp(-age / window).
 
 Queued jobs are read as the few columns a pass needs (`QueuedJob`), and waiting jobs'
 reasons, positions and estimates are written only where they changed, in one statement: a
@@ -55,6 +57,7 @@ from jobs.models import Job
 from jobs.states import ACTIVE, TERMINAL, JobState, transition
 from scheduling.models import TenantQuota
 from scheduling.policy.data import JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot
+from scheduling.policy.entitlement import entitled_history
 from scheduling.policy.schedule_pass import schedule
 
 ADMISSION_LOCK = 0x6A6F6273  # "jobs"
@@ -189,23 +192,54 @@ def node_placement(job: Job, nodes: list[Node]) -> dict[str, int]:
     return known
 
 
-def usage_history(keys_by_id: dict[int, str], now: datetime, window_s: float) -> dict[str, float]:
-    """Decayed GPU-seconds per tenant (id -> `tenant_key` given), from jobs that finished
-    within three windows."""
-    since = now - timedelta(seconds=3 * window_s)
+class FinishedJob(NamedTuple):
+    tenant_id: int
+    tenant: str  # tenant_key
+    gpus: int  # all workers'
+    created_at: datetime
+    started_at: datetime
+    finished_at: datetime
+
+
+def finished_gpu_jobs(now: datetime, window_s: float) -> list[FinishedJob]:
+    """GPU jobs of every tenant that ran and finished within three decay windows."""
     rows = Job.objects.filter(
-        project__tenant_id__in=list(keys_by_id),
         state__in=TERMINAL,
-        finished_at__gte=since,
+        finished_at__gte=now - timedelta(seconds=3 * window_s),
         started_at__isnull=False,
         gpus__gt=0,
-    ).values_list("project__tenant_id", "gpus", "workers", "started_at", "finished_at")
-    history: dict[str, float] = defaultdict(float)
-    for tenant_id, gpus, workers, started, finished in rows:
-        seconds = max((finished - max(started, since)).total_seconds(), 0.0)
-        age = max((now - finished).total_seconds(), 0.0)
-        history[keys_by_id[tenant_id]] += gpus * workers * seconds * math.exp(-age / window_s)
-    return dict(history)
+    ).values_list("project__tenant_id", "project__tenant__slug", "gpus", "workers",
+                  "created_at", "started_at", "finished_at")
+    return [FinishedJob(t, key, g * w, c, s, f) for t, key, g, w, c, s, f in rows]
+
+
+def fair_share_history(
+    finished: list[FinishedJob],
+    current: list[tuple[str, int, datetime]],
+    quotas: dict[str, Quota],
+    cluster_gpus: int,
+    now: datetime,
+    window_s: float,
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Decayed GPU-seconds per tenant that it received and that it was entitled to
+    (`policy.entitlement`), each second weighted by exp(-age / window).
+
+    Received: the `finished` jobs (`finished_gpu_jobs`). Entitled: those jobs wanted GPUs
+    from their submit to their end, and `current` (tenant key, GPUs, submit time: the
+    queued and running jobs) wants them until now; every tenant's demand counts, since it
+    shares the cluster with the others. Jobs cancelled before they started are not read,
+    so their wait does not count for their tenant."""
+    since = now - timedelta(seconds=3 * window_s)
+    received: dict[str, float] = defaultdict(float)
+    wanted = [(key, gpus, created.timestamp(), now.timestamp()) for key, gpus, created in current]
+    for job in finished:
+        seconds = max((job.finished_at - max(job.started_at, since)).total_seconds(), 0.0)
+        age = max((now - job.finished_at).total_seconds(), 0.0)
+        received[job.tenant] += job.gpus * seconds * math.exp(-age / window_s)
+        wanted.append((job.tenant, job.gpus, job.created_at.timestamp(),
+                       job.finished_at.timestamp()))
+    entitled = entitled_history(wanted, quotas, cluster_gpus, now.timestamp(), window_s)
+    return dict(received), entitled
 
 
 # --- concrete devices ---------------------------------------------------------------------
@@ -412,9 +446,17 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
     tenants = {j.tenant_id: j.tenant for j in queue}  # id -> tenant_key
     tenants.update((j.project.tenant_id, tenant_key(j.project.tenant)) for j in running)
     cluster_gpus = sum(n.gpus for n in nodes)
+    finished = finished_gpu_jobs(now, POLICY.usage_window_s)
+    tenants.update((j.tenant_id, j.tenant) for j in finished)
+    quotas = quotas_by_id(tenants, cluster_gpus)
+    current = [(j.tenant, j.gpus * j.workers, j.created_at) for j in queue]
+    current.extend((tenant_key(j.project.tenant), j.gpus * j.workers, j.created_at) for j in running)
+    received, entitled = fair_share_history(
+        finished, current, quotas, cluster_gpus, now, POLICY.usage_window_s
+    )
     snapshot = Snapshot(
         nodes=nodes,
-        quotas=quotas_by_id(tenants, cluster_gpus),
+        quotas=quotas,
         running=[
             RunningJob(
                 job_request(j, tenant_key(j.project.tenant)),
@@ -424,7 +466,8 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
             for j in running
         ],
         pending=[job_request(j, j.tenant) for j in queue],
-        usage_history=usage_history(tenants, now, POLICY.usage_window_s),
+        usage_history=received,
+        entitled_history=entitled,
         work_lost={str(pk): s for pk, s in work_lost(running, now).items()},
     )
     decision = schedule(snapshot, now.timestamp(), POLICY)
@@ -440,7 +483,6 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         for victim, why in victims:
             preempt_job(victim, preemption_reason(why, tenant_of))
 
-    quotas = snapshot.quotas
     used = defaultdict(int)
     for j in running:
         if j.pk not in victim_ids:

@@ -1,6 +1,6 @@
-"""What the trace simulator measures: percentiles, Jain's index, weighted max-min fair
-shares (water-filling) and the independent quota / capacity check run after every pass.
-Pure functions: no Django, no policy."""
+"""What the trace simulator measures: percentiles, Jain's index (against the weighted
+max-min fair shares of ``policy.entitlement``) and the independent quota / capacity check
+run after every pass. Pure functions, no Django."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from .policy.data import Node, Quota, RunningJob
+from .policy.entitlement import water_fill
 
 __all__ = ["check_state", "jain_index", "percentile", "stats", "water_fill"]
 
@@ -29,28 +30,6 @@ def jain_index(xs: Sequence[float]) -> float:
     if sq == 0:
         return 1.0
     return sum(xs) ** 2 / (len(xs) * sq)
-
-
-def water_fill(
-    capacity: float, demand: Mapping[str, float], weight: Mapping[str, float]
-) -> dict[str, float]:
-    """Weighted max-min fair split of ``capacity`` among ``demand``s."""
-    alloc = {t: 0.0 for t in demand}
-    active = [t for t, d in demand.items() if d > 0]
-    left = capacity
-    while active and left > 1e-9:
-        wsum = sum(weight[t] for t in active)
-        level = left / wsum
-        sat = [t for t in active if demand[t] - alloc[t] <= weight[t] * level + 1e-12]
-        if not sat:
-            for t in active:
-                alloc[t] += weight[t] * level
-            break
-        for t in sat:
-            left -= demand[t] - alloc[t]
-            alloc[t] = demand[t]
-        active = [t for t in active if t not in sat]
-    return alloc
 
 
 def check_state(

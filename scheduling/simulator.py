@@ -28,8 +28,9 @@ Model (documented choices):
   model), keeps its original submit time, and its lost GPU-seconds are reported. With
   ``resume=True`` (used only for the ``"las"`` reference) a preempted job keeps its progress,
   as with perfect checkpoints.
-* **Fair-share history** is the GPU usage per tenant with exponential decay (time constant
-  ``usage_tau_s``), passed to the policy as decayed GPU-seconds.
+* **Fair-share history** is the GPU usage per tenant and the GPUs it was entitled to (its
+  weighted max-min share of the demand, ``policy.entitlement``), both with exponential decay
+  (time constant ``usage_tau_s``), passed to the policy as decayed GPU-seconds.
 * **Quota / capacity check** is independent of the policy: after every pass the simulator
   recomputes per-node and per-tenant usage from the placements and counts violations of node
   capacity, of guaranteed + borrow limit GPUs, and of max_cpus / max_memory_mb / max_jobs.
@@ -60,8 +61,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .policy.data import Decision, JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot
+from .policy.entitlement import entitled_now
 from .policy.schedule_pass import schedule, schedule_fifo
-from .sim_metrics import check_state, jain_index, percentile, stats, water_fill
+from .sim_metrics import check_state, jain_index, percentile, stats
 from .traces import TraceJob, to_requests
 
 __all__ = [
@@ -135,7 +137,8 @@ def _las_policy(jobs: Mapping[str, _Job]) -> PolicyFn:
             )
             for rj in snap.running
         ]
-        return schedule(Snapshot(snap.nodes, snap.quotas, run, pend, snap.usage_history), now, cfg)
+        return schedule(Snapshot(snap.nodes, snap.quotas, run, pend, snap.usage_history,
+                                 entitled_history=snap.entitled_history), now, cfg)
 
     decide.__name__ = "las"
     return decide
@@ -247,9 +250,6 @@ class _Replay:
         self.jobs, self.true_dur, self.usage_tau_s, self.resume = jobs, true_dur, usage_tau_s, resume
         self.node_names = {n.name for n in nodes}
         self.cluster_gpus = sum(n.gpus for n in nodes)
-        self.weights = {
-            t: max(q.weight, 1e-9) * max(q.guaranteed_gpus, 0.5) for t, q in quotas.items()
-        }
         self.pending: dict[str, JobRequest] = {}
         self.running: dict[str, RunningJob] = {}
         self.heap: list[tuple[float, int, str, int]] = []
@@ -259,6 +259,7 @@ class _Replay:
         self.demand_g: dict[str, int] = {}  # GPUs pending+running per tenant (runnable only)
         self.recv: dict[str, float] = {}
         self.fair: dict[str, float] = {}
+        self.entitled: dict[str, float] = {}  # decayed entitled GPU-seconds (as usage)
         self.unrunnable: set[str] = set()
         self.busy_gpu_s = 0.0
         self.busy_until_last_arrival = 0.0
@@ -321,17 +322,14 @@ class _Replay:
             g = run_g.get(tenant, 0)
             # exact integral of g over dt under exponential decay
             usage[tenant] = usage.get(tenant, 0.0) * decay + g * usage_tau_s * (1 - decay)
-        quotas = self.quotas
-        dem = {
-            k: float(min(v, quotas[k].max_gpus if k in quotas else 0))
-            for k, v in self.demand_g.items()
-            if v > 0
-        }
-        if dem:
-            alloc = water_fill(self.cluster_gpus, dem, self.weights)
-            fair = self.fair
-            for k, a in alloc.items():
-                fair[k] = fair.get(k, 0.0) + a * dt
+        # Entitled GPUs now (weighted max-min over demand): integrated for Jain's index, and
+        # decayed like usage for the policy's fair share (Snapshot.entitled_history).
+        alloc = entitled_now(self.cluster_gpus, self.demand_g, self.quotas)
+        fair, entitled = self.fair, self.entitled
+        for k in set(entitled) | set(alloc):
+            a = alloc.get(k, 0.0)
+            fair[k] = fair.get(k, 0.0) + a * dt
+            entitled[k] = entitled.get(k, 0.0) * decay + a * usage_tau_s * (1 - decay)
         recv = self.recv
         for k, g in run_g.items():
             if g:
@@ -368,7 +366,8 @@ class _Replay:
     def schedule_pass(self) -> Decision:
         """One call of the policy on a snapshot of now, timed."""
         snap = Snapshot(self.nodes, self.quotas, list(self.running.values()),
-                        list(self.pending.values()), self.usage)
+                        list(self.pending.values()), self.usage,
+                        entitled_history=self.entitled)
         s0 = time.perf_counter()
         dec = self.decide(snap, self.t)
         el = time.perf_counter() - s0

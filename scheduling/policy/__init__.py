@@ -3,6 +3,8 @@
 - ``data``: nodes, quotas, jobs, the snapshot, the decision, ``PolicyConfig``.
 - ``placement``: free capacity per node, best-fit gang placement.
 - ``quotas``: the pass's usage per tenant, hard caps, why a job cannot run.
+- ``entitlement``: each tenant's weighted max-min share of the demand, now and decayed
+  over the past (what fair share weighs a tenant's usage against).
 - ``ranking``: the order of one pass (priority, size-weighted submit time, fair share).
 - ``messages``: wait reasons and ETAs in plain words.
 - ``schedule_pass``: ``schedule`` (the Gantry policy: backfill, preemption) and

@@ -5,14 +5,12 @@ from __future__ import annotations
 import heapq
 import math
 
-from .data import INF, JobRequest, PolicyConfig, Quota, Snapshot
+from .data import INF, JobRequest, PolicyConfig, Snapshot
+from .entitlement import entitled_now
 from .quotas import PassState
 
-
-def _share(q: Quota | None) -> float:
-    if q is None:
-        return 1e-9
-    return max(q.weight, 1e-9) * max(float(q.guaranteed_gpus), 0.5)
+# A tenant's entitlement is never taken as less than this many GPUs (it divides).
+_MIN_SHARE = 0.05
 
 
 class Ranker:
@@ -26,12 +24,17 @@ class Ranker:
     submitted more than the cap after it, so nothing starves; a CPU-only job is not moved.
     A job without an estimate counts as the median estimate of the queued jobs that have
     one (and it is never backfilled past a reservation). Across tenants the heads of the
-    tenants' queues are merged by (priority desc, virtual submit time + ``fair_share_s`` x log2(service)), where
-    a tenant's *service* is its attained GPU service (decayed usage over the window + GPUs
-    running now, including jobs admitted earlier in this pass) relative to its share
-    (weight x guaranteed GPUs): a tenant at twice its share is pushed back by
-    ``fair_share_s``, one at half its share is brought forward by it. The number or length
-    of a tenant's *pending* jobs does not count against it. A preempted job is requeued with
+    tenants' queues are merged by (priority desc, virtual submit time + ``fair_share_s`` x
+    log2(service / entitlement)). A tenant's *service* is the GPUs it received (decayed
+    usage over the window + GPUs running now, including jobs admitted earlier in this
+    pass); its *entitlement* is the GPUs it was entitled to on the same decay
+    (``Snapshot.entitled_history``) + its weighted max-min share of the demand now
+    (``entitlement.entitled_now``: pending + running GPUs, capped by quota, weights =
+    weight x guaranteed GPUs). A tenant that received twice its entitlement is pushed back
+    by ``fair_share_s``, one that received half is brought forward by it; GPUs a tenant
+    left idle while others wanted them do not count for it. A tenant's *pending* jobs
+    only raise its entitlement (up to its weighted share), never count against it, so
+    submitting many short jobs costs nothing. A preempted job is requeued with
     its original submit time, so it keeps its place. With ``guarantee_first`` (off by default) jobs
     that fit in their tenant's guarantee and in the free capacity come before all of this
     (``_within_guarantee``).
@@ -72,12 +75,16 @@ class Ranker:
             queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
         for q in queues.values():
             q.sort()  # ids are unique, so the comparison never reaches the request
-        hist = snapshot.usage_history
+        hist, ent = snapshot.usage_history, snapshot.entitled_history
         window = max(cfg.usage_window_s, 1e-9)
+        demand = dict(common.used_g)
+        for r in pend:
+            demand[r.tenant] = demand.get(r.tenant, 0) + r.total_gpus
+        now_share = entitled_now(sum(common.cl.cap_g), demand, common.quotas)
         self.service: dict[str, float] = {}
         self.share: dict[str, float] = {}
         for t in queues:
-            self.share[t] = _share(common.quotas.get(t))
+            self.share[t] = max(ent.get(t, 0.0) / window + now_share.get(t, 0.0), _MIN_SHARE)
             self.service[t] = hist.get(t, 0.0) / window + common.used_g.get(t, 0)
         self.used = {t: common.used_g.get(t, 0) for t in queues}
         self.guar = {t: (q.guaranteed_gpus if (q := common.quotas.get(t)) else 0) for t in queues}

@@ -11,12 +11,13 @@ Policy, in order of application (see ``schedule``):
    (GPUs^2 - 1 + ``size_single_gpu``) / the cluster's GPUs, at most ``size_shift_cap_s``
    (a day). A wide, long gang yields to the small jobs submitted in the hours after it, a
    1-GPU job hardly moves (a 7-day timeout: 20 minutes on 64 GPUs), and no job is passed by
-   one submitted more than the cap after it. Plus ``fair_share_s`` (10 min) per doubling
-   of the tenant's attained service over its share (decayed GPU usage + GPUs running now,
-   including jobs admitted earlier in the pass, over weight x guaranteed GPUs); minus
-   ``guarantee_boost_s`` (default 0) while the job fits in its tenant's guarantee. A
-   tenant's *pending* jobs do not count against it, so submitting many short jobs costs
-   nothing. A preempted job keeps its submit time, hence its place. The opt-in tail guard
+   one submitted more than the cap after it. Plus ``fair_share_s`` (an hour) per doubling
+   of what the tenant received over what it was entitled to (decayed GPU usage + GPUs
+   running now, including jobs admitted earlier in the pass, over decayed entitled GPUs +
+   its weighted max-min share of the demand now: ``entitlement``); minus
+   ``guarantee_boost_s`` (default 0) while the job fits in its tenant's guarantee. GPUs a
+   tenant took while nobody else wanted them are not held against it, and its *pending*
+   jobs only raise its entitlement, so submitting many short jobs costs nothing. A preempted job keeps its submit time, hence its place. The opt-in tail guard
    (``fifo_tail_fraction``, ``fifo_age_s``) puts the oldest jobs first in submit order.
 2. **Quotas (Kueue cohort style).** A tenant never holds more than ``guaranteed +
    borrow_limit`` GPUs (nor more than ``max_cpus`` / ``max_memory_mb`` / ``max_jobs``).

@@ -7,8 +7,9 @@ call; the last one runs real processes.
 """
 
 import json
+import math
 import textwrap
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -26,8 +27,9 @@ from jobs.services.lifecycle import cancel_job
 from jobs.services.submit import submit_job
 from jobs.services.usage import tenant_usage, usage_by_tenant
 from jobs.states import transition
-from scheduling import tasks
+from scheduling import admission, tasks
 from scheduling.admission import admission_pass
+from scheduling.policy.schedule_pass import schedule
 from scheduling.services import set_tenant_quota
 from tests.jobs.conftest import wait_for, wait_until
 
@@ -384,6 +386,43 @@ def test_usage_counts_what_active_jobs_hold(owner, project, tenant):
     assert usage == {"gpus": 2, "cpus": 2, "memory_mb": 1000, "jobs": 1}
     assert usage_by_tenant([tenant.pk])[tenant.pk]["queued"] == 1
     assert fresh(running).state == "admitted"
+
+
+def test_a_pass_weighs_what_each_tenant_received_against_what_it_was_entitled_to(
+    owner, outsider, tenant, other_tenant, project, other_project, monkeypatch
+):
+    # 4 GPUs. lab-a's 2-GPU job waited from 3 h ago and ran from 2.5 h until 1 h ago; the
+    # other tenant's 4-GPU job has been queued for 2 h. Entitled (equal weights): lab-a 2
+    # GPUs from 3 h to 1 h ago; the other 2 GPUs from 2 h to 1 h ago (the two split the
+    # cluster), then all 4. What the pass hands the policy is that, decayed over a day.
+    set_tenant_quota(actor=owner, tenant=tenant, guaranteed_gpus=2, borrow_limit_gpus=2)
+    set_tenant_quota(actor=outsider, tenant=other_tenant, guaranteed_gpus=2, borrow_limit_gpus=2)
+    now = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    hours = [now - timedelta(hours=h) for h in range(4)]
+    done = submit(owner, project, gpus=2)
+    Job.objects.filter(pk=done.pk).update(
+        state="succeeded", created_at=hours[3], started_at=hours[3] + timedelta(minutes=30),
+        finished_at=hours[1])
+    waiting = submit(outsider, other_project, gpus=4)
+    Job.objects.filter(pk=waiting.pk).update(created_at=hours[2])
+    seen = []
+    monkeypatch.setattr(admission, "schedule",
+                        lambda snap, t, cfg: seen.append(snap) or schedule(snap, t, cfg))
+
+    assert admission_pass(now=now) == [fresh(waiting)]
+
+    w = admission.POLICY.usage_window_s
+
+    def decayed(gpus, since, until):
+        return gpus * w * (math.exp(-(now - until).total_seconds() / w)
+                           - math.exp(-(now - since).total_seconds() / w))
+
+    a, b = tenant.slug, other_tenant.slug
+    assert seen[0].usage_history == {a: pytest.approx(2 * 5_400 * math.exp(-3_600 / w))}
+    assert seen[0].entitled_history == {
+        a: pytest.approx(decayed(2, hours[3], hours[1])),
+        b: pytest.approx(decayed(2, hours[2], hours[1]) + decayed(4, hours[1], now)),
+    }
 
 
 def test_member_sees_other_tenants_only_through_visible_projects(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +21,7 @@ from scheduling import (
     schedule,
     schedule_fifo,
 )
+from scheduling.policy.entitlement import entitled_history
 
 
 def node(name: str, gpus: int = 8, cpus: float = 64, mem: int = 512_000, model: str = "") -> Node:
@@ -297,6 +302,52 @@ def test_priority_then_fair_share_then_submit_time():
     d = schedule(snap, 0, PolicyConfig(preemption=False, fair_share=False))
     order = sorted(d.waiting, key=lambda j: d.waiting[j].position)
     assert order == ["b0", "a1", "b1"]
+
+
+def test_fair_share_weighs_what_a_tenant_received_against_what_it_was_entitled_to():
+    # Both tenants are guaranteed the same, and a received four times b's GPUs over the
+    # last day; but a received exactly its entitlement (it wanted GPUs while b wanted
+    # few), whereas b received twice what it was entitled to. So a's job goes first:
+    # GPUs a tenant took while nobody else wanted them are not held against it.
+    day = 86_400.0
+    quotas = {"a": Quota("a", 1, 0), "b": Quota("b", 1, 0)}
+    pend = [job("b1", "b", submit=0), job("a1", "a", submit=0)]
+    snap = Snapshot([node("n0", gpus=1)], quotas, [], pend,
+                    usage_history={"a": 8 * day, "b": 2 * day},
+                    entitled_history={"a": 8 * day, "b": 1 * day})
+    d = schedule(snap, 0, PolicyConfig(preemption=False))
+    assert [jid for jid, _ in d.admit] == ["a1"]
+    # Without the entitlement (b was entitled to nothing) b is even further over it...
+    d = schedule(replace(snap, entitled_history={"a": 8 * day}), 0, PolicyConfig(preemption=False))
+    assert [jid for jid, _ in d.admit] == ["a1"]
+    # ... and had b been entitled to what it received, the less-served b goes first.
+    d = schedule(replace(snap, entitled_history={"a": 8 * day, "b": 2 * day}), 0,
+                 PolicyConfig(preemption=False))
+    assert [jid for jid, _ in d.admit] == ["b1"]
+
+
+def test_entitled_history_is_the_decayed_max_min_share_of_demand():
+    # 8 GPUs; a wants 8 from 0 to 3,600 s, b wants 8 from 1,800 s until now (7,200 s):
+    # a is entitled to 8 GPUs, then 4 while both want them; b to 4, then 8.
+    w, now = 86_400.0, 7_200.0
+    quotas = {"a": Quota("a", 4, 4), "b": Quota("b", 4, 4)}
+
+    def decayed(gpus, t0, t1):
+        return gpus * w * (math.exp(-(now - t1) / w) - math.exp(-(now - t0) / w))
+
+    got = entitled_history([("a", 8, 0, 3_600), ("b", 8, 1_800, 99_999)], quotas, 8, now, w)
+    assert got["a"] == pytest.approx(decayed(8, 0, 1_800) + decayed(4, 1_800, 3_600))
+    assert got["b"] == pytest.approx(decayed(4, 1_800, 3_600) + decayed(8, 3_600, 7_200))
+    # Weights (weight x guaranteed GPUs) split contended GPUs...
+    both = [("a", 8, 0, now), ("b", 8, 0, now)]
+    got = entitled_history(both, {"a": Quota("a", 6, 2), "b": Quota("b", 2, 6)}, 8, now, w)
+    assert got["a"] == pytest.approx(decayed(6, 0, now))
+    assert got["b"] == pytest.approx(decayed(2, 0, now))
+    # ... and a quota's limit caps the demand: b weighs 12 to a's 4 but may hold only 4.
+    quotas = {"a": Quota("a", 4, 4), "b": Quota("b", 4, 0, weight=3.0)}
+    got = entitled_history(both, quotas, 8, now, w)
+    assert got["a"] == pytest.approx(decayed(4, 0, now))
+    assert got["b"] == pytest.approx(decayed(4, 0, now))
 
 
 def test_fair_share_interleaves_tenants_within_one_pass():
