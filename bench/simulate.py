@@ -15,7 +15,9 @@ What runs (documented choices, fixed before looking at the results):
   ``easy`` (FIFO + EASY backfill: what the clusters these traces come from ran), ``las`` (a
   size-blind Tiresias-style least-attained-service reference with perfect checkpoints: an
   upper reference, not a like-for-like baseline), ``before`` (the policy as it was before
-  issue 28, loaded from git: ``--before-ref``), ``gantry`` (today's policy, defaults) and, on the
+  issue 28, loaded from git: ``--before-ref``), ``gantry`` (today's policy, defaults),
+  ``fair_ceiling`` (how far fair share alone goes: tenant-first order, reclaim at once and
+  perfect checkpoints; a reference for the Jain goal, see ``FAIR_CEILING``) and, on the
   reference window, ``gantry_live`` (the config live admission runs: guards on reclaim off).
 * **Quotas from the trace's groups**: each Philly virtual cluster is guaranteed GPUs in
   proportion to its node count in ``philly_vc_nodes.csv`` and may borrow up to half the
@@ -73,6 +75,7 @@ from scheduling import (  # noqa: E402 - path set up above, no Django needed
     schedule,
     window,
 )
+from scheduling.policy.entitlement import entitled_history  # noqa: E402
 
 TRACES = os.path.join(os.path.dirname(ROOT), "shared", "traces")
 BEFORE_REF = "884dfb6"  # jobs/scheduler/policy.py before issue 28
@@ -82,7 +85,14 @@ LIVE_CONFIG = PolicyConfig(  # as scheduling/admission.py's POLICY (no Django he
     reclaim_work_ratio=float("inf"),
     reclaim_min_remaining_s=0.0,
 )
-SWEEP_POLICIES = ("fifo", "easy", "las", "before", "gantry", "gantry_guarantee_first")
+# How far fair share alone can go: tenants strictly by received over entitled GPUs (an hour
+# per doubling x 10^4), reclaim at once with no guards, and preempted jobs resume where they
+# stopped (perfect checkpoints: nothing lost). Not a policy to run (it throws away the size
+# ranking's JCT and assumes every job checkpoints), a reference for the Jain goal.
+FAIR_CEILING = "fair_ceiling"
+FAIR_CEILING_CONFIG = replace(LIVE_CONFIG, fair_share_s=3.6e7)
+SWEEP_POLICIES = ("fifo", "easy", "las", "before", "gantry", "gantry_guarantee_first",
+                  FAIR_CEILING)
 # A variant measured beside, not the default (PolicyConfig.guarantee_first): its goals are
 # reported under goals_guarantee_first / windows_failing_guarantee_first.
 VARIANT = "gantry_guarantee_first"
@@ -136,10 +146,12 @@ def run_one(jobs, nodes, quotas, name: str, estimate: str, before_ref: str, keep
         policy, cfg = "gantry", PolicyConfig(guarantee_first=True)
     elif name == "gantry_oracle":
         policy, cfg, estimate = "gantry", None, "oracle"
+    elif name == FAIR_CEILING:
+        policy, cfg = "gantry", FAIR_CEILING_CONFIG
     else:
         policy, cfg = name, None
     res = run_simulation(jobs, nodes, quotas, policy, estimate=estimate, config=cfg,
-                         keep_jobs=keep_jobs)
+                         keep_jobs=keep_jobs, resume=True if name == FAIR_CEILING else None)
     res["policy"] = name
     return res
 
@@ -222,7 +234,32 @@ def trace_shaped_snapshot(seed: int = 1, running_n: int = 4_000, pending_n: int 
         free[n] -= r.gpus_per_worker
         running.append(RunningJob(r, {nodes[n].name: 1}, r.submit_time + rng.uniform(0, 3600)))
     pending = [mk(100_000 + j, -rng.uniform(0, 86_400)) for j in range(pending_n)]
-    return Snapshot(nodes, quotas, running, pending, {t: rng.uniform(0, 1e7) for t in tenants})
+    return Snapshot(nodes, quotas, running, pending, {t: rng.uniform(0, 1e7) for t in tenants},
+                    entitled_history={t: rng.uniform(0, 1e7) for t in tenants})
+
+
+def entitlement_benchmark(repeats: int, seed: int = 1, finished_n: int = 20_000) -> dict:
+    """What live admission adds to a pass for fair share (``entitled_history``; the query
+    aside): the trace-shaped case's 4,000 running and 10,000 queued jobs wanting GPUs until
+    now, and ``finished_n`` jobs that finished over the three days before, on 8,000 GPUs."""
+    rng = random.Random(seed)
+    snap = trace_shaped_snapshot(seed)
+    now, window = 0.0, 86_400.0
+    wanted = [(r.tenant, r.total_gpus, r.submit_time, now) for r in snap.pending]
+    wanted += [(rj.request.tenant, rj.request.total_gpus, rj.request.submit_time, now)
+               for rj in snap.running]
+    for _ in range(finished_n):
+        end = -rng.uniform(0, 3 * window)
+        r = snap.pending[rng.randrange(len(snap.pending))]
+        wanted.append((r.tenant, r.total_gpus, end - rng.uniform(60, 2 * window), end))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        entitled_history(wanted, snap.quotas, 8000, now, window)
+        times.append((time.perf_counter() - t0) * 1000)
+    return {"intervals": len(wanted), "tenants": len(snap.quotas), "repeats": repeats,
+            "p50_ms": round(percentile(times, 50), 2), "p99_ms": round(percentile(times, 99), 2),
+            "load_average_1m": round(os.getloadavg()[0], 1)}
 
 
 def micro_benchmark(repeats: int, seed: int = 1) -> dict:
@@ -382,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_micro:
         print("  micro-benchmark: schedule() with 10,000 pending x 1,000 nodes ...", flush=True)
         results["schedule_micro_benchmark"] = micro_benchmark(args.micro_repeats)
+        results["entitled_history_benchmark"] = entitlement_benchmark(args.micro_repeats)
     if not args.no_main:
         results["reference_window"] = reference_window(args, trace, load_vc_nodes(vc_path))
     if not args.no_sweep:
@@ -497,12 +535,15 @@ def sweep(args: argparse.Namespace, trace, trace_path: str, vc_path: str) -> dic
     print(f"  {VARIANT}: windows failing each goal:",
           {k: len(v) for k, v in failing_v.items()}, "of", len(rows))
     print("  GPU-hours lost to preemption, all windows:", lost)
+    jain = {p: sum(r[p]["jain_index"] >= 0.9 for r in rows) for p in SWEEP_POLICIES}
+    print("  windows with Jain's index >= 0.9:", jain)
     return {
         "setup": {"windows": len(rows), "jobs_per_window": args.sweep_count,
                   "nodes": args.sweep_nodes, "estimate": args.estimate},
         "windows_failing": failing,
         "windows_failing_guarantee_first": failing_v,
         "lost_gpu_hours_total": lost,
+        "windows_jain>=0.9": jain,
         "lost_total<=half_before": lost["gantry"] <= 0.5 * lost["before"],
         "windows": rows,
     }
@@ -562,6 +603,10 @@ def write_json(path: str, results: dict) -> None:
 
 
 def print_micro(results: dict) -> None:
+    if "entitled_history_benchmark" in results:
+        m = results["entitled_history_benchmark"]
+        print(f"entitled_history(): p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms "
+              f"({m['intervals']} jobs' demand, {m['tenants']} tenants)")
     for name, m in results.get("schedule_micro_benchmark", {}).items():
         print(f"schedule() {name}: p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms "
               f"(CPU p50 {m['cpu_p50_ms']} ms, p99 {m['cpu_p99_ms']} ms; "

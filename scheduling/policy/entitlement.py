@@ -75,9 +75,11 @@ def entitled_history(
         end = min(end, now)
         if gpus <= 0 or end <= start:
             continue
-        for at, sign in ((start, 1.0), (end, -1.0)):
-            slot = deltas.setdefault(math.floor(at / resolution_s) * resolution_s, {})
-            slot[tenant] = slot.get(tenant, 0.0) + sign * gpus
+        for at, d in ((start, gpus), (end, -gpus)):
+            slot = deltas.setdefault(at // resolution_s * resolution_s, {})
+            slot[tenant] = slot.get(tenant, 0.0) + d
+    weight = {t: tenant_weight(q) for t, q in quotas.items()}
+    limit = {t: float(q.max_gpus) for t, q in quotas.items()}
     out: dict[str, float] = {}
     demand: dict[str, float] = {}
     times = sorted(deltas)
@@ -90,7 +92,9 @@ def entitled_history(
             continue
         # The integral of exp(-(now - t) / w) from a to b.
         span = window_s * (math.exp(-(now - b) / window_s) - math.exp(-(now - a) / window_s))
-        for tenant, gpus in entitled_now(capacity, demand, quotas).items():
+        # entitled_now, with the weights and limits looked up once.
+        dem = {t: min(d, limit[t]) for t, d in demand.items() if d > 0 and t in limit}
+        for tenant, gpus in water_fill(capacity, dem, weight).items():
             if gpus > 0:
                 out[tenant] = out.get(tenant, 0.0) + gpus * span
     return out
