@@ -159,6 +159,8 @@ def parse_args(argv):
     p.add_argument("--nodes", type=int, default=8, help="Philly: nodes of 8 GPUs")
     p.add_argument("--alibaba-start", type=int, default=0)
     p.add_argument("--alibaba-nodes", type=int, default=2)
+    # checkpoint_sim.alibaba compresses arrivals by this; 1: the week as recorded.
+    p.add_argument("--alibaba-speedup", type=float, default=1.0)
     return p.parse_args(argv)
 
 
