@@ -26,8 +26,8 @@ Model (documented choices):
   trace kill the same way.
 * **Preemption** is a requeue: the job loses its progress (restarts from zero, no checkpoint
   model), keeps its original submit time, and its lost GPU-seconds are reported. With
-  ``resume=True`` (used only for the ``"las"`` reference) a preempted job keeps its progress,
-  as with perfect checkpoints.
+  ``resume=True`` (the ``"las"`` reference's default; bench/simulate.py's ``fair_ceiling``
+  sets it too) a preempted job keeps its progress, as with perfect checkpoints.
 * **Fair-share history** is the GPU usage per tenant and the GPUs it was entitled to (its
   weighted max-min share of the demand, ``policy.entitlement``), both with exponential decay
   (time constant ``usage_tau_s``), passed to the policy as decayed GPU-seconds.

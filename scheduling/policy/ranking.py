@@ -31,13 +31,13 @@ class Ranker:
     (``Snapshot.entitled_history``) + its weighted max-min share of the demand now
     (``entitlement.entitled_now``: pending + running GPUs, capped by quota, weights =
     weight x guaranteed GPUs). A tenant that received twice its entitlement is pushed back
-    by ``fair_share_s``, one that received half is brought forward by it; GPUs a tenant
-    left idle while others wanted them do not count for it. A tenant's *pending* jobs
-    only raise its entitlement (up to its weighted share), never count against it, so
-    submitting many short jobs costs nothing. A preempted job is requeued with
-    its original submit time, so it keeps its place. With ``guarantee_first`` (off by default) jobs
-    that fit in their tenant's guarantee and in the free capacity come before all of this
-    (``_within_guarantee``).
+    by ``fair_share_s``, one that received half is brought forward by it. GPUs a tenant
+    took while nobody else wanted them are not held against it (it was entitled to them),
+    and its *pending* jobs only raise its entitlement (up to its weighted share), so
+    submitting many short jobs costs nothing. A preempted job is requeued with its
+    original submit time, so it keeps its place. With ``guarantee_first`` (off by default)
+    jobs that fit in their tenant's guarantee and in the free capacity come before all of
+    this (``_within_guarantee``).
     """
 
     __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",

@@ -17,7 +17,8 @@ Policy, in order of application (see ``schedule``):
    its weighted max-min share of the demand now: ``entitlement``); minus
    ``guarantee_boost_s`` (default 0) while the job fits in its tenant's guarantee. GPUs a
    tenant took while nobody else wanted them are not held against it, and its *pending*
-   jobs only raise its entitlement, so submitting many short jobs costs nothing. A preempted job keeps its submit time, hence its place. The opt-in tail guard
+   jobs only raise its entitlement, so submitting many short jobs costs nothing. A
+   preempted job keeps its submit time, hence its place. The opt-in tail guard
    (``fifo_tail_fraction``, ``fifo_age_s``) puts the oldest jobs first in submit order.
 2. **Quotas (Kueue cohort style).** A tenant never holds more than ``guaranteed +
    borrow_limit`` GPUs (nor more than ``max_cpus`` / ``max_memory_mb`` / ``max_jobs``).

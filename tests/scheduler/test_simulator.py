@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 import os
 
 import pytest
@@ -21,10 +22,12 @@ from scheduling import (
     parse_trace,
     percentile,
     run_simulation,
+    schedule,
     to_requests,
     water_fill,
     window,
 )
+from scheduling.policy.entitlement import entitled_history
 
 TRACES = "/work/shared/traces"
 
@@ -94,6 +97,30 @@ def test_preempted_jobs_requeue_and_finish():
     # thrown away: it starts when the borrowed jobs end.
     guarded = run_simulation(trace, nodes(2), quotas, "gantry")
     assert guarded["preemptions"] == 0 and guarded["per_job"]["a0"]["finish"] == 5100
+
+
+def test_the_simulator_hands_the_policy_the_entitlement_live_admission_computes():
+    # One 8-GPU node; a's 8-GPU job runs 0-1,800 s, b's arrives at 600 s and waits for it.
+    # At each pass the simulator's decayed entitlement equals entitled_history (what live
+    # admission computes from job records) over the same demand.
+    quotas = {"a": Quota("a", 4, 4), "b": Quota("b", 4, 4)}
+    trace = [TraceJob("a0", 0, 1_800, 8, "a"), TraceJob("b0", 600, 3_600, 8, "b")]
+    seen = {}
+
+    def policy(snap, now):
+        seen[now] = dict(snap.entitled_history)
+        return schedule(snap, now)
+
+    res = run_simulation(trace, nodes(1), quotas, policy, estimate="oracle")
+    assert res["per_job"]["b0"]["first_start"] == 1_800
+    assert set(seen) >= {600.0, 1_800.0}
+    for now, got in seen.items():
+        demand = [("a", 8, 0, min(now, 1_800)), ("b", 8, 600, now)]
+        want = entitled_history(demand, quotas, 8, now, 86_400.0)
+        assert set(got) == {t for t, v in want.items() if v > 0}
+        assert all(got[t] == pytest.approx(want[t]) for t in want)
+    # While both wanted the node, each was entitled to half of it.
+    assert seen[1_800.0]["b"] == pytest.approx(4 * 86_400 * (1 - math.exp(-1_200 / 86_400)))
 
 
 def test_backfill_beats_fifo_on_head_of_line_blocking():
