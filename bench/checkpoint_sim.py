@@ -41,7 +41,8 @@ from scheduling.policy.schedule_pass import schedule  # noqa: E402
 from scheduling.simulator import _Replay  # noqa: E402
 from scheduling.traces import TraceJob, load_trace, load_vc_nodes, to_requests, window  # noqa: E402
 
-TRACES = os.path.join(os.path.dirname(ROOT), "shared", "traces")
+# The shared traces: beside the checkout, or where GANTRY_TRACES says.
+TRACES = os.environ.get("GANTRY_TRACES", os.path.join(os.path.dirname(ROOT), "shared", "traces"))
 LIVE = dict(  # scheduling/admission.py's POLICY (no Django here to import it)
     min_runtime_before_preempt_s=0.0,
     reclaim_after_wait_s=0.0,

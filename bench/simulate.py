@@ -77,7 +77,8 @@ from scheduling import (  # noqa: E402 - path set up above, no Django needed
 )
 from scheduling.policy.entitlement import entitled_history  # noqa: E402
 
-TRACES = os.path.join(os.path.dirname(ROOT), "shared", "traces")
+# The shared traces: beside the checkout, or where GANTRY_TRACES says.
+TRACES = os.environ.get("GANTRY_TRACES", os.path.join(os.path.dirname(ROOT), "shared", "traces"))
 BEFORE_REF = "884dfb6"  # jobs/scheduler/policy.py before issue 28
 LIVE_CONFIG = PolicyConfig(  # as scheduling/admission.py's POLICY (no Django here to import it)
     min_runtime_before_preempt_s=0.0,

@@ -1,0 +1,53 @@
+"""The scheduler's benchmark scripts still run: each on a tiny slice of the shared traces, as
+a subprocess, writing its JSON. (The numbers are measured by `make bench`, not here; this
+catches a script broken by a change elsewhere, as fairshare_used.py once was.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.scheduler.test_simulator import TRACES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(name: str, *args: str) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / name), *args], cwd=ROOT,
+                          env={**os.environ, "GANTRY_TRACES": TRACES},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def test_simulate_writes_every_policy_and_goal(tmp_path):
+    out = tmp_path / "scheduler.json"
+    run_script("simulate.py", "--count", "300", "--nodes", "2", "--sweep-starts", "0,1000",
+               "--sweep-count", "200", "--sweep-nodes", "2", "--alibaba-speedups", "20",
+               "--micro-repeats", "1", "--processes", "1", "--out", str(out))
+    res = json.loads(out.read_text())
+    ref = res["reference_window"]
+    for policy in ("fifo", "easy", "las", "before", "gantry", "fair_ceiling", "gantry_live"):
+        assert ref[policy]["completed"] == 300, policy
+    assert ref["fair_ceiling"]["lost_gpu_hours"] == 0  # perfect checkpoints
+    assert [w["start"] for w in res["sweep"]["windows"]] == [0, 1000]
+    assert set(res["sweep"]["windows_jain>=0.9"]) >= {"easy", "gantry", "fair_ceiling"}
+    assert res["alibaba"]["runs"][0]["gantry"]["completed"] == 448
+    assert res["schedule_micro_benchmark"]["trace_shaped"]["running"] == 4000
+    assert res["entitled_history_benchmark"]["intervals"] == 34_000
+    assert (tmp_path / "scheduler.jobs.csv.gz").stat().st_size > 0
+
+
+def test_fairshare_used_and_checkpoint_sim_run(tmp_path):
+    run_script("fairshare_used.py", "--count", "200", "--out", str(tmp_path / "fu.json"))
+    res = json.loads((tmp_path / "fu.json").read_text())
+    assert res["traces"]["philly"]["allocated"]["completed"] == 200
+    assert res["traces"]["philly"]["used"]["completed"] == 200
+    run_script("checkpoint_sim.py", "--count", "200", "--nodes", "2",
+               "--out", str(tmp_path / "cs.json"))
+    res = json.loads((tmp_path / "cs.json").read_text())
+    rows = res["traces"]["philly"]["every_min"]["10.0"]
+    assert {"no_preemption", "current", "checkpoint_aware"} <= set(rows)
+    assert rows["no_preemption"]["lost_gpu_hours"] == 0
