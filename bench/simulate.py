@@ -34,8 +34,9 @@ Goals (issue 28), reported per window and in ``goals``: average JCT <= easy, p95
 Jain's index >= 0.9, 0 quota violations, and GPU-hours lost to preemption at most half of the
 ``before`` policy's (summed over the windows, and on the reference window).
 
-Also a micro-benchmark: ``schedule()`` over 10,000 pending jobs and 1,000 nodes, p50/p99 over
-repeated calls, for a full cluster (steady state) and a half-empty one (many admissions).
+Also the micro-benchmark of ``bench/scheduler_micro.py``: ``schedule()`` over 10,000 pending
+jobs and 1,000 nodes, p50/p99 over repeated calls (a full cluster, a half-empty one and the
+trace-shaped case), and live admission's ``entitled_history`` (``--no-micro`` skips them).
 ``--out`` writes the JSON and, beside it, ``<name>.jobs.csv.gz``: one row per job and policy of
 the reference window.
 """
@@ -44,12 +45,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gc
 import gzip
 import importlib.util
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -61,21 +60,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from scheduler_micro import entitlement_benchmark, micro_benchmark, print_micro  # noqa: E402
+
 from scheduling import (  # noqa: E402 - path set up above, no Django needed
-    JobRequest,
     Node,
     PolicyConfig,
     Quota,
-    RunningJob,
-    Snapshot,
     load_trace,
     load_vc_nodes,
-    percentile,
     run_simulation,
-    schedule,
     window,
 )
-from scheduling.policy.entitlement import entitled_history  # noqa: E402
 
 # The shared traces: beside the checkout, or where GANTRY_TRACES says.
 TRACES = os.environ.get("GANTRY_TRACES", os.path.join(os.path.dirname(ROOT), "shared", "traces"))
@@ -205,114 +200,6 @@ def _trace_cache(path):
     if path not in _TRACE:
         _TRACE[path] = load_trace(path)
     return _TRACE[path]
-
-
-def trace_shaped_snapshot(seed: int = 1, running_n: int = 4_000, pending_n: int = 10_000):
-    """The issue's case: 18 tenants (Philly-like weights), 1,000 8-GPU nodes, about 4,000
-    running and 10,000 pending jobs, mostly 1 GPU (Philly's mix), standard time limits."""
-    rng = random.Random(seed)
-    nodes = [Node(f"n{i:04d}", 8, 64, 512_000) for i in range(1000)]
-    tenants = [f"vc{i:02d}" for i in range(18)]
-    weights = [rng.choice([1, 2, 4, 8]) for _ in tenants]
-    quotas = {t: Quota(t, 8000 * w // sum(weights), 4000) for t, w in zip(tenants, weights, strict=True)}
-    limits = (900, 1800, 3600, 7200, 14_400, 28_800, 43_200, 86_400, 172_800, 259_200, 604_800)
-
-    def mk(i: int, t0: float) -> JobRequest:
-        g = rng.choice([1] * 17 + [2, 4, 8, 16])
-        w, gpw = (1, g) if g <= 8 else (g // 8, 8)
-        return JobRequest(f"j{i}", rng.choices(tenants, weights)[0], 0, t0, w, gpw, 8 * gpw,
-                          64_000 * gpw, float(rng.choice(limits)))
-
-    running, free, i, k = [], [8] * len(nodes), 0, 0
-    while len(running) < running_n:
-        r = mk(i, -rng.uniform(0, 86_400))
-        i += 1
-        if r.workers > 1:
-            continue
-        while free[k % len(nodes)] < r.gpus_per_worker:
-            k += 1
-        n = k % len(nodes)
-        free[n] -= r.gpus_per_worker
-        running.append(RunningJob(r, {nodes[n].name: 1}, r.submit_time + rng.uniform(0, 3600)))
-    pending = [mk(100_000 + j, -rng.uniform(0, 86_400)) for j in range(pending_n)]
-    return Snapshot(nodes, quotas, running, pending, {t: rng.uniform(0, 1e7) for t in tenants},
-                    entitled_history={t: rng.uniform(0, 1e7) for t in tenants})
-
-
-def entitlement_benchmark(repeats: int, seed: int = 1, finished_n: int = 20_000) -> dict:
-    """What live admission adds to a pass for fair share (``entitled_history``; the query
-    aside): the trace-shaped case's 4,000 running and 10,000 queued jobs wanting GPUs until
-    now, and ``finished_n`` jobs that finished over the three days before, on 8,000 GPUs."""
-    rng = random.Random(seed)
-    snap = trace_shaped_snapshot(seed)
-    now, window = 0.0, 86_400.0
-    wanted = [(r.tenant, r.total_gpus, r.submit_time, now) for r in snap.pending]
-    wanted += [(rj.request.tenant, rj.request.total_gpus, rj.request.submit_time, now)
-               for rj in snap.running]
-    for _ in range(finished_n):
-        end = -rng.uniform(0, 3 * window)
-        r = snap.pending[rng.randrange(len(snap.pending))]
-        wanted.append((r.tenant, r.total_gpus, end - rng.uniform(60, 2 * window), end))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        entitled_history(wanted, snap.quotas, 8000, now, window)
-        times.append((time.perf_counter() - t0) * 1000)
-    return {"intervals": len(wanted), "tenants": len(snap.quotas), "repeats": repeats,
-            "p50_ms": round(percentile(times, 50), 2), "p99_ms": round(percentile(times, 99), 2),
-            "load_average_1m": round(os.getloadavg()[0], 1)}
-
-
-def micro_benchmark(repeats: int, seed: int = 1) -> dict:
-    rng = random.Random(seed)
-    nodes = [Node(f"n{i:04d}", 8, 64, 512_000) for i in range(1000)]
-    tenants = [f"lab-{i:02d}" for i in range(20)]
-    quotas = {t: Quota(t, 400, 2000) for t in tenants}
-
-    def mk(i: int, t0: float) -> JobRequest:
-        g = rng.choice([1] * 10 + [2, 2, 4, 4, 8, 8, 8, 16, 32])
-        w, gpw = (1, g) if g <= 8 else (g // 8, 8)
-        return JobRequest(f"j{i}", rng.choice(tenants), rng.choice([0, 0, 0, 1]), t0 + i, w,
-                          gpw, 4 * gpw, 32_000 * gpw, rng.uniform(60, 86_400))
-
-    fill = [mk(i, 0) for i in range(12_000)]
-    d = schedule(Snapshot(nodes, quotas, [], fill), 0)
-    byid = {j.id: j for j in fill}
-    running = [RunningJob(byid[jid], p, -rng.uniform(0, 3600), False) for jid, p in d.admit]
-    pending = [mk(20_000 + i, 100) for i in range(10_000)]
-    history = {t: rng.uniform(0, 1e7) for t in tenants}
-    out = {}
-    scenarios = {
-        "full_cluster": Snapshot(nodes, quotas, running, pending, history),
-        "half_empty_cluster": Snapshot(nodes, quotas, running[: len(running) // 2], pending,
-                                       history),
-        "trace_shaped": trace_shaped_snapshot(seed),
-    }
-    for name, snap in scenarios.items():
-        times = []
-        cpu = []  # CPU time of the pass: on a shared machine wall time measures the others too
-        dec = None
-        for _ in range(repeats):
-            gc.collect()  # GC stays enabled during the call; only leftovers are cleared
-            t0, c0 = time.perf_counter(), time.process_time()
-            dec = schedule(snap, 200.0)
-            times.append((time.perf_counter() - t0) * 1000)
-            cpu.append((time.process_time() - c0) * 1000)
-        out[name] = {
-            "nodes": len(nodes),
-            "pending": len(pending),
-            "running": len(snap.running),
-            "repeats": repeats,
-            "p50_ms": round(percentile(times, 50), 2),
-            "p99_ms": round(percentile(times, 99), 2),
-            "max_ms": round(max(times), 2),
-            "cpu_p50_ms": round(percentile(cpu, 50), 2),
-            "cpu_p99_ms": round(percentile(cpu, 99), 2),
-            "load_average_1m": round(os.getloadavg()[0], 1),
-            "admitted": len(dec.admit),
-            "preempted": len(dec.preempt),
-        }
-    return out
 
 
 COLS = [("avg_jct_s", "avgJCT h", 3600), ("p50_jct_s", "p50JCT h", 3600),
@@ -601,18 +488,6 @@ def write_json(path: str, results: dict) -> None:
     with open(tmp, "w") as fh:
         json.dump(results, fh, indent=1, sort_keys=False)
     os.replace(tmp, path)
-
-
-def print_micro(results: dict) -> None:
-    if "entitled_history_benchmark" in results:
-        m = results["entitled_history_benchmark"]
-        print(f"entitled_history(): p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms "
-              f"({m['intervals']} jobs' demand, {m['tenants']} tenants)")
-    for name, m in results.get("schedule_micro_benchmark", {}).items():
-        print(f"schedule() {name}: p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms "
-              f"(CPU p50 {m['cpu_p50_ms']} ms, p99 {m['cpu_p99_ms']} ms; "
-              f"load {m['load_average_1m']}) "
-              f"({m['pending']} pending, {m['nodes']} nodes, {m['running']} running)")
 
 
 def _print_sweep_row(row: dict) -> None:

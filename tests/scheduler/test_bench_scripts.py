@@ -40,7 +40,10 @@ def test_simulate_writes_every_policy_and_goal(tmp_path):
     assert (tmp_path / "scheduler.jobs.csv.gz").stat().st_size > 0
 
 
-def test_fairshare_used_and_checkpoint_sim_run(tmp_path):
+def test_fairshare_used_checkpoint_sim_and_the_pass_timing_run(tmp_path):
+    run_script("scheduler_micro.py", "--repeats", "1", "--out", str(tmp_path / "pass.json"))
+    res = json.loads((tmp_path / "pass.json").read_text())
+    assert res["schedule_micro_benchmark"]["full_cluster"]["pending"] == 10_000
     run_script("fairshare_used.py", "--count", "200", "--out", str(tmp_path / "fu.json"))
     res = json.loads((tmp_path / "fu.json").read_text())
     assert res["traces"]["philly"]["allocated"]["completed"] == 200
