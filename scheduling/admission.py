@@ -193,6 +193,8 @@ def node_placement(job: Job, nodes: list[Node]) -> dict[str, int]:
 
 
 class FinishedJob(NamedTuple):
+    """What fair share reads of a GPU job that ran and finished (`finished_gpu_jobs`)."""
+
     tenant_id: int
     tenant: str  # tenant_key
     gpus: int  # all workers'
