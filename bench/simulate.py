@@ -155,7 +155,7 @@ def run_one(jobs, nodes, quotas, name: str, estimate: str, before_ref: str, keep
 def summary(r: dict) -> dict:
     keys = ("avg_jct_s", "p50_jct_s", "p95_jct_s", "avg_wait_s", "p50_wait_s", "p95_wait_s",
             "avg_wait_incl_lost_s", "p95_wait_incl_lost_s", "gpu_utilization_steady",
-            "jain_index", "preemptions", "lost_gpu_hours", "quota_violations",
+            "jain_index", "jain_index_capped", "preemptions", "lost_gpu_hours", "quota_violations",
             "capacity_violations", "completed", "unschedulable", "stuck", "killed_at_limit")
     return {k: r[k] for k in keys}
 
@@ -425,6 +425,11 @@ def sweep(args: argparse.Namespace, trace, trace_path: str, vc_path: str) -> dic
     print("  GPU-hours lost to preemption, all windows:", lost)
     jain = {p: sum(r[p]["jain_index"] >= 0.9 for r in rows) for p in SWEEP_POLICIES}
     print("  windows with Jain's index >= 0.9:", jain)
+    capped = {p: sum(r[p]["jain_index_capped"] >= 0.9 for r in rows) for p in SWEEP_POLICIES}
+    print("  ... with received above the entitlement not counted against it:", capped)
+    vs_easy = {p: sum(r[p]["jain_index"] >= r["easy"]["jain_index"] for r in rows)
+               for p in SWEEP_POLICIES}
+    print("  windows with Jain's index >= EASY's:", vs_easy)
     return {
         "setup": {"windows": len(rows), "jobs_per_window": args.sweep_count,
                   "nodes": args.sweep_nodes, "estimate": args.estimate},
@@ -432,6 +437,8 @@ def sweep(args: argparse.Namespace, trace, trace_path: str, vc_path: str) -> dic
         "windows_failing_guarantee_first": failing_v,
         "lost_gpu_hours_total": lost,
         "windows_jain>=0.9": jain,
+        "windows_jain_capped>=0.9": capped,
+        "windows_jain>=easy": vs_easy,
         "lost_total<=half_before": lost["gantry"] <= 0.5 * lost["before"],
         "windows": rows,
     }

@@ -7,9 +7,10 @@ user enters with a ticket, and the checks made on every request are in `jobs.pro
 It is fully async: a request waiting on a notebook holds no thread, only a coroutine,
 and at most PER_USER of one user's and PER_NOTEBOOK of one notebook's requests are in
 flight at once (a request that finds no free slot within the timeout answers 503).
-A notebook that does not answer within GANTRY_NOTEBOOK_TIMEOUT_SECONDS answers 504;
-one that refuses the connection, 502. Django's ORM is reached through sync_to_async
-for the access checks only; none of Gantry's middleware, sessions or pages run here.
+A notebook that does not answer within GANTRY_NOTEBOOK_TIMEOUT_SECONDS answers 504; one
+that refuses the connection (still starting), 503 with a page that reloads by itself.
+Django's ORM is reached through sync_to_async for the access checks only; none of Gantry's
+middleware, sessions or pages run here.
 """
 
 from __future__ import annotations
@@ -160,7 +161,10 @@ async def _respond(send, status: int, body: bytes, headers: list[tuple[bytes, by
     await send({"type": "http.response.body", "body": body})
 
 
-async def _page(send, status: int, title: str, text: str, link: tuple[str, str] | None = None):
+async def _page(
+    send, status: int, title: str, text: str, link: tuple[str, str] | None = None,
+    headers: list[tuple[bytes, bytes]] = (),
+):
     more = f'<p><a href="{html.escape(link[0])}">{html.escape(link[1])}</a></p>' if link else ""
     body = (
         f"<!doctype html><meta charset=utf-8><title>{html.escape(title)}</title>"
@@ -173,6 +177,7 @@ async def _page(send, status: int, title: str, text: str, link: tuple[str, str] 
         [
             (b"content-type", b"text/html; charset=utf-8"),
             (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+            *headers,
         ],
     )
 
@@ -331,27 +336,22 @@ async def _relay(scope, receive, send, headers, target: proxy.NotebookTarget, se
 
 
 async def _not_answering(send, session, target=None):
+    """The server behind a running job refused the connection: it is still starting (a
+    notebook's JupyterLab listens a few seconds after its process starts; TensorBoard is
+    started on demand by jobs.tensorboard) or it has just stopped. 503 with Retry-After, and
+    a page that reloads by itself, so a browser shows the server once it answers."""
+    retry = [(b"refresh", b"2"), (b"retry-after", b"2")]
     if target is not None and target.base_url.endswith("/tensorboard/"):
-        # Started on demand (jobs.tensorboard): the page comes back when it answers.
-        body = (
-            b"<!doctype html><meta charset=utf-8><title>Starting TensorBoard</title>"
-            b"<h1>Starting TensorBoard</h1><p>It reads the job's event files; this page "
-            b"reloads by itself in a moment.</p>"
-        )
-        return await _respond(
-            send, 503, body,
-            [
-                (b"content-type", b"text/html; charset=utf-8"),
-                (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
-                (b"refresh", b"2"),
-                (b"retry-after", b"2"),
-            ],
+        return await _page(
+            send, 503, "Starting TensorBoard",
+            "It reads the job's event files; this page reloads by itself in a moment.",
+            headers=retry,
         )
     return await _page(
-        send, 502, "Notebook not answering",
-        "The notebook's server refused the connection. It may still be starting, or "
-        "it has stopped; try again in a moment or look at the job's log in Gantry.",
-        _gantry_job_link(session.job),
+        send, 503, "Notebook starting",
+        "JupyterLab is not answering yet. It takes a few seconds to start; this page "
+        "reloads by itself. If it never comes, the job's log in Gantry says why.",
+        _gantry_job_link(session.job), headers=retry,
     )
 
 

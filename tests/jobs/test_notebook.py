@@ -44,7 +44,8 @@ def test_notebook_job_serves_jupyterlab_to_who_may_exec(
             response = browser.request("GET", job.pk, lab + "lab")
             if response.status_code == 200 or time.monotonic() > deadline:
                 break
-            assert response.status_code == 502, response.status_code
+            assert response.status_code == 503, response.status_code
+            assert response.headers["retry-after"] == "2" and "reloads by itself" in response.text
             time.sleep(0.5)
         assert response.status_code == 200
         assert "JupyterLab" in response.text

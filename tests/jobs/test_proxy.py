@@ -379,13 +379,14 @@ def test_cross_origin_post_is_refused_even_with_the_token(notebook, browser_for,
     assert kernel_ids(browser) == before
 
 
-def test_unreachable_notebook_answers_502(notebook, browser_for, owner, tmp_path):
+def test_notebook_not_listening_yet_answers_503_and_reloads(notebook, browser_for, owner, tmp_path):
     browser = browser_for(owner)
     browser.enter(1)
-    notebook.worker_set.update(workdir=str(tmp_path))  # no socket there
+    notebook.worker_set.update(workdir=str(tmp_path))  # no socket there (yet)
     response = browser.request("GET", 1, LAB + "api/status")
-    assert response.status_code == 502
-    assert "not answering" in response.text
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "2" and response.headers["refresh"] == "2"
+    assert "Notebook starting" in response.text and "/jobs/1/" in response.text
 
 
 def test_upstream_cookies_are_not_set_on_the_origin(notebook, browser_for, owner):

@@ -33,7 +33,12 @@ def test_simulate_writes_every_policy_and_goal(tmp_path):
         assert ref[policy]["completed"] == 300, policy
     assert ref["fair_ceiling"]["lost_gpu_hours"] == 0  # perfect checkpoints
     assert [w["start"] for w in res["sweep"]["windows"]] == [0, 1000]
-    assert set(res["sweep"]["windows_jain>=0.9"]) >= {"easy", "gantry", "fair_ceiling"}
+    sweep = res["sweep"]
+    for key in ("windows_jain>=0.9", "windows_jain_capped>=0.9", "windows_jain>=easy"):
+        assert set(sweep[key]) >= {"easy", "gantry", "fair_ceiling"}, key
+    assert sweep["windows_jain>=easy"]["easy"] == 2  # EASY against itself
+    for w in sweep["windows"]:
+        assert 0 < w["gantry"]["jain_index_capped"] <= 1.0 + 1e-9
     assert res["alibaba"]["runs"][0]["gantry"]["completed"] == 448
     assert res["schedule_micro_benchmark"]["trace_shaped"]["running"] == 4000
     assert res["entitled_history_benchmark"]["intervals"] == 34_000

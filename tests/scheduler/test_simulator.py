@@ -56,6 +56,24 @@ def test_water_fill_is_weighted_max_min():
     assert a == {"a": 2, "b": 3}
 
 
+def test_jain_counts_received_over_entitled_and_the_capped_index_forgives_only_excess():
+    # One 2-GPU node, equal weights. a takes both GPUs at 0 for 100 s; b's 1-GPU job comes
+    # at 10 and waits for it (nothing is preempted by default). Entitled: a both GPUs for
+    # 0-10, then one of them until 100 (110 GPU-s, received 200); b one GPU from 10 until
+    # its job ends at 110 (100 GPU-s, received 10).
+    quotas = {"a": Quota("a", 1, 2), "b": Quota("b", 1, 2)}
+    trace = [TraceJob("a0", 0, 100, 2, "a"), TraceJob("b0", 10, 10, 1, "b")]
+    res = run_simulation(trace, [Node("n0", 2, 64, 512_000)], quotas, "gantry",
+                         estimate="oracle")
+    assert res["per_job"]["b0"]["finish"] == 110 and res["preemptions"] == 0
+    ratios = {t: row["received_over_fair"] for t, row in res["tenants"].items()}
+    assert ratios == {"a": pytest.approx(200 / 110, abs=1e-3), "b": pytest.approx(0.1)}
+    assert res["jain_index"] == pytest.approx(jain_index([200 / 110, 0.1]), abs=1e-4)
+    # a's excess over its entitlement no longer counts as unfairness; b's shortfall does.
+    assert res["jain_index_capped"] == pytest.approx(jain_index([1.0, 0.1]), abs=1e-4)
+    assert res["jain_index"] < res["jain_index_capped"] < 1.0
+
+
 def test_to_requests_splits_large_jobs_into_gangs():
     jobs = [TraceJob("a", 0, 10, 16), TraceJob("b", 0, 10, 12), TraceJob("c", 0, 10, 3),
             TraceJob("d", 0, 10, 0)]
