@@ -465,7 +465,7 @@ class _Replay:
             "jain_index": round(jain_index(list(ratios.values())), 4),
             # Received beyond the entitlement counted as served, not as unfairness: a
             # tenant above 1 ran on GPUs the others' waiting gangs could not use at the
-            # time, or kept jobs started before the others came (nothing is preempted).
+            # time, or kept jobs started before the others came (where nothing is reclaimed).
             "jain_index_capped": round(jain_index([min(x, 1.0) for x in ratios.values()]), 4),
             "tenants_with_demand": len(ratios),
             "preemptions": self.preemptions,
