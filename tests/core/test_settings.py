@@ -79,3 +79,36 @@ def test_gantry_host_moves_the_address_jobs_call_back(host, url):
     result = manage("shell", "-c", show, GANTRY_HOST=host, GANTRY_PORT="8100")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == url
+
+
+def test_values_starting_with_a_dollar_are_read_verbatim():
+    # django-environ reads "$NAME" as a reference to another variable: a generated secret key
+    # starting with "$" (1 in 50) became another value and broke every signed session.
+    show = (
+        "from django.conf import settings as s; "
+        "print(s.SECRET_KEY); print(s.STORAGES['default']['OPTIONS']['secret_key']); "
+        "print(s.DATABASES['default']['PASSWORD']); print(s.CSRF_TRUSTED_ORIGINS)"
+    )
+    secret = "$ts&_*k3y-that-starts-with-a-dollar-0123456789abcdefghij"
+    result = manage(
+        "shell", "-c", show,
+        SECRET_KEY=secret, GANTRY_STORAGE="s3", S3_ENDPOINT_URL="http://127.0.0.1:1",
+        S3_ACCESS_KEY_ID="$HOME", S3_SECRET_ACCESS_KEY="$SECRET_KEY",
+        DATABASE_URL="postgres://gantry:$PATH@db.invalid:5432/gantry",
+        CSRF_TRUSTED_ORIGINS="https://a.example.org,https://b.example.org",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-4:] == [
+        secret, "$SECRET_KEY", "$PATH", "['https://a.example.org', 'https://b.example.org']",
+    ]
+
+
+def test_a_secret_key_file_starting_with_a_dollar_survives_the_round_trip(tmp_path):
+    # The development key kept in var/secret_key is handed to server processes through the
+    # environment by the tests; both readings must agree.
+    (tmp_path / "secret_key").write_text("$" + "k" * 49)
+    show = "from django.conf import settings as s; print(s.SECRET_KEY)"
+    from_file = manage("shell", "-c", show, GANTRY_DATA_DIR=str(tmp_path))
+    assert from_file.returncode == 0, from_file.stderr
+    through_env = manage("shell", "-c", show, SECRET_KEY=from_file.stdout.splitlines()[-1])
+    assert through_env.stdout.splitlines()[-1] == "$" + "k" * 49
