@@ -1,9 +1,10 @@
 """The house's shape: which app may import which, read from the code itself.
 
 Every module of every app is parsed (imports inside functions count: they hide cycles just
-as well) and each import of another Gantry app must follow an arrow of the picture in the
-README's "Architecture" section. Arrows run one way, downward; an app may also use what its
-dependencies depend on (jobs -> projects -> accounts makes jobs -> accounts fine).
+as well) and each import of another Gantry app must follow an arrow of the picture under
+"Dependency rules" in docs/developers/layout.md. Arrows run one way, downward; an app may
+also use what its dependencies depend on (jobs -> projects -> accounts makes jobs -> accounts
+fine).
 """
 
 import ast

@@ -5,7 +5,8 @@ MLflow runs them against its server with a file and a SQLAlchemy store; here the
 is a live Gantry and the client a project-limited write token (so the project looks like
 a whole MLflow server: bare experiment names, a "Default" experiment). Each case keeps
 MLflow's assertions. Where Gantry differs on purpose the case is marked xfail (strict:
-it fails here if it ever starts passing) with the reason; see the report in the README.
+it fails here if it ever starts passing) with the reason; what Gantry does not do is listed
+under "Not (yet)" in docs/users/tracking.md.
 """
 
 import math
