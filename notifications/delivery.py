@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import ipaddress
 import json
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -36,22 +38,25 @@ class DeliveryError(Exception):
         self.final = final
 
 
-def check_host(url: str) -> None:
-    """Refuse an address on this machine or a private network, unless allowed: a hook must
-    not be a way to reach what only Gantry's own host can (DNS is asked now, as the
-    connection will be)."""
-    if settings.GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS:
-        return
-    host = urlsplit(url).hostname or ""
+def resolve_checked(host: str, port: int) -> str:
+    """The one address a hook's connection will use: DNS is asked once, every answer must
+    be public (unless private hosts are allowed), and the caller connects to the first.
+    Resolving again to connect would let a name answer a public address to this check
+    and 127.0.0.1 to the connection (DNS rebinding)."""
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise DeliveryError(f"could not resolve {host}: {exc}") from exc
-    for address in addresses:
-        if not ipaddress.ip_address(address.split("%")[0]).is_global:
-            raise DeliveryError(
-                f"refused: {host} is a private or local address ({address})", final=True
-            )
+    addresses = [info[4][0] for info in infos]
+    if not addresses:
+        raise DeliveryError(f"could not resolve {host}: no addresses")
+    if not settings.GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS:
+        for address in addresses:
+            if not ipaddress.ip_address(address.split("%")[0]).is_global:
+                raise DeliveryError(
+                    f"refused: {host} is a private or local address ({address})", final=True
+                )
+    return addresses[0]
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -79,15 +84,66 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_opener = urllib.request.build_opener(_NoRedirects)
+def _pinned(connection_class):
+    """An http.client connection that opens its socket to `address`, checked beforehand,
+    and otherwise speaks to the URL's host: the Host header, and for HTTPS the server
+    name sent (SNI) and the one the certificate must carry."""
+
+    class Pinned(connection_class):
+        def __init__(self, host, *, address: str, **kwargs):
+            super().__init__(host, **kwargs)
+            self._create_connection = lambda target, *args: socket.create_connection(
+                (address, target[1]), *args
+            )
+
+    return Pinned
+
+
+_PinnedHTTPConnection = _pinned(http.client.HTTPConnection)
+_PinnedHTTPSConnection = _pinned(http.client.HTTPSConnection)
+
+
+class _PinnedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, address: str):
+        super().__init__()
+        self.address = address
+
+    def http_open(self, req):
+        return self.do_open(_PinnedHTTPConnection, req, address=self.address)
+
+
+class _PinnedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, address: str):
+        super().__init__(context=ssl.create_default_context())
+        self.address = address
+
+    def https_open(self, req):
+        return self.do_open(
+            _PinnedHTTPSConnection, req, context=self._context, address=self.address
+        )
+
+
+def _opener(address: str) -> urllib.request.OpenerDirector:
+    # No proxies from the environment: a proxy would resolve the name again itself.
+    return urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),
+        _NoRedirects,
+        _PinnedHTTPHandler(address),
+        _PinnedHTTPSHandler(address),
+    )
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
-    check_host(url)
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise DeliveryError(f"bad address: {exc}", final=True) from exc
+    address = resolve_checked(parts.hostname or "", port)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     timeout = settings.GANTRY_NOTIFY_TIMEOUT_SECONDS
     try:
-        with _opener.open(request, timeout=timeout) as response:
+        with _opener(address).open(request, timeout=timeout) as response:
             response.read(1024)
             return response.status
     except urllib.error.HTTPError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,11 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Receiver:
     """A webhook endpoint. `script` says how to answer each request in turn: an HTTP
     status, or ("stall", seconds) to answer 200 only after that long; once the script is
-    used up every request gets 200. `received` holds (headers, body) of each request."""
+    used up every request gets 200. `received` holds (headers, body) of each request.
+    With `tls` (certificate and key files) it speaks HTTPS and keeps in `server_names`
+    the name each client asked for (SNI)."""
 
-    def __init__(self, script=()):
+    def __init__(self, script=(), tls: tuple[str, str] | None = None):
         self.script = list(script)
         self.received: list[tuple[dict, bytes]] = []
+        self.server_names: list[str | None] = []
         self.lock = threading.Lock()
         receiver = self
 
@@ -41,7 +45,14 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hook"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            context.sni_callback = lambda sock, name, ctx: self.server_names.append(name)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            self.url = f"https://127.0.0.1:{self.port}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self):
@@ -54,6 +65,45 @@ class Receiver:
 
     def bodies(self) -> list[dict]:
         return [json.loads(body) for _, body in self.received]
+
+
+def self_signed_certificate(directory, name: str) -> tuple[str, str]:
+    """A certificate for `name` that signs itself, and its key, written under `directory`;
+    a client trusts it by taking the certificate file as its CA file."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = f"{directory}/cert.pem", f"{directory}/key.pem"
+    with open(cert_file, "wb") as out:
+        out.write(certificate.public_bytes(serialization.Encoding.PEM))
+    with open(key_file, "wb") as out:
+        out.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return cert_file, key_file
 
 
 class Mailbox:

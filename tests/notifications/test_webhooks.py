@@ -8,12 +8,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from jobs.services.submit import submit_job
 from notifications import services
 from notifications.delivery import SIGNATURE_HEADER, sign, verify
 from notifications.models import Delivery, DeliveryState, Event
 from notifications.tasks import retry_due
 from tests.notifications.conftest import RUN_TO_END
-from tests.notifications.servers import Receiver
+from tests.notifications.servers import Receiver, self_signed_certificate
 
 pytestmark = pytest.mark.django_db
 
@@ -184,3 +185,84 @@ def test_a_private_address_is_refused_where_not_allowed(owner, project, job, que
     assert (row.state, row.attempts) == ("failing", 1)  # no use trying again
     assert row.last_error == "refused: 127.0.0.1 is a private or local address (127.0.0.1)"
     assert receiver.received == []
+
+
+HOOK_HOST = "hooks.example.test"
+PUBLIC = "93.184.216.34"
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    """A resolver whose answers for HOOK_HOST are scripted, one per question (the last
+    one repeats), as a name an attacker controls answers; other names resolve as usual.
+    `connects` holds the address of every connection opened: PUBLIC is refused as an
+    unreachable host would, anything else is really connected to."""
+    import socket
+
+    real_getaddrinfo, real_connect = socket.getaddrinfo, socket.create_connection
+
+    class Resolver:
+        answers: list[str] = []
+        connects: list[tuple] = []
+
+        def getaddrinfo(self, host, port, *args, **kwargs):
+            if host != HOOK_HOST:
+                return real_getaddrinfo(host, port, *args, **kwargs)
+            address = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 0))]
+
+        def create_connection(self, address, *args, **kwargs):
+            self.connects.append(address)
+            if address[0] == PUBLIC:
+                raise ConnectionRefusedError("connection refused")
+            return real_connect(address, *args, **kwargs)
+
+    resolver = Resolver()
+    monkeypatch.setattr(socket, "getaddrinfo", resolver.getaddrinfo)
+    monkeypatch.setattr(socket, "create_connection", resolver.create_connection)
+    return resolver
+
+
+def test_a_name_that_rebinds_to_loopback_after_the_check_is_not_reached(
+    owner, project, job, queue, move, settings, dns
+):
+    """The check sees a public address; a second lookup would say 127.0.0.1, where a
+    real server listens. The connection goes to the address that was checked."""
+    settings.GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS = False
+    dns.answers = [PUBLIC, "127.0.0.1"]
+    with Receiver() as receiver:
+        hook(owner, project, f"http://{HOOK_HOST}:{receiver.port}/hook")
+        move(job, *RUN_TO_END, "succeeded")
+        queue.run()
+    assert receiver.received == []
+    assert dns.connects == [(PUBLIC, receiver.port)]  # the pinned, checked address
+    row = Delivery.objects.get()
+    assert (row.state, row.attempts) == ("pending", 1)
+    assert row.last_error == "could not connect: connection refused"
+
+
+def test_a_pinned_https_hook_still_checks_the_certificate_against_the_host_name(
+    owner, project, job, queue, move, settings, dns, tmp_path, monkeypatch
+):
+    """Connecting to the checked address keeps TLS about the name: the server is asked for
+    it (SNI), its certificate must carry it, and it is the Host header."""
+    cert_file, key_file = self_signed_certificate(tmp_path, HOOK_HOST)
+    monkeypatch.setenv("SSL_CERT_FILE", cert_file)
+    dns.answers = ["127.0.0.1", "127.0.0.2"]
+    with Receiver(tls=(cert_file, key_file)) as receiver:
+        by_name, _ = hook(owner, project, f"https://{HOOK_HOST}:{receiver.port}/hook")
+        move(job, *RUN_TO_END, "succeeded")
+        queue.run()
+        assert Delivery.objects.get().state == "delivered"
+        assert dns.connects == [("127.0.0.1", receiver.port)]
+        assert receiver.server_names == [HOOK_HOST]
+        assert receiver.received[0][0]["Host"] == f"{HOOK_HOST}:{receiver.port}"
+
+        # The same server under an address (not the name on its certificate) is refused.
+        services.delete_subscription(owner, by_name)
+        hook(owner, project, receiver.url)
+        move(submit_job(owner, project, name="b", command="true"), *RUN_TO_END, "succeeded")
+        queue.run()
+    refused = Delivery.objects.get()
+    assert refused.state == "pending" and "certificate verify failed" in refused.last_error
+    assert len(receiver.received) == 1
