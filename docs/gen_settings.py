@@ -13,12 +13,15 @@ Standard library only: it reads the code with `ast`, never imports the settings.
 import ast
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_DIR = ROOT / "config" / "settings"
 REFERENCE = ROOT / "docs" / "admins" / "configuration-reference.md"
+# The hand-written pages whose tables explain settings by topic (linked from the rows).
+TOPIC_PAGES = ("configuration.md", "kubernetes.md")
 SECTION = re.compile(r"^\s*#\s*---\s*(?P<title>.*?)\s*-*\s*$")
 
 
@@ -95,6 +98,28 @@ def read_settings(path: Path) -> list[Setting]:
     return sorted(found, key=lambda setting: setting.lineno)
 
 
+def _slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) gives a heading."""
+    text = unicodedata.normalize("NFKD", heading).encode("ascii", "ignore").decode()
+    text = re.sub(r"[^\w\s-]", "", text).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def topics() -> dict[str, str]:
+    """Each variable named in a table row of a topic page -> a link to that page's section."""
+    found = {}
+    for page in TOPIC_PAGES:
+        heading = ""
+        for line in (REFERENCE.parent / page).read_text().splitlines():
+            if line.startswith("#"):
+                heading = line.lstrip("#").strip()
+            elif line.startswith("| `"):
+                first_cell = line.split("|")[1]
+                for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", first_cell):
+                    found.setdefault(name, f"[{heading}]({page}#{_slug(heading)})")
+    return found
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
@@ -108,10 +133,12 @@ def render() -> str:
         "Every environment variable the settings code reads, in the order it reads them: its",
         "kind (a `bool` takes `true`/`false`, `1`/`0`, `yes`/`no`, `on`/`off`; anything else",
         "stops start-up), its default as the code writes it, and the comment above it in the",
-        "code. [Configuration](configuration.md) explains them by topic. To add a setting, read",
-        'it with `setting("<kind>", "NAME", default)` under a comment saying what it does and',
-        "run `python docs/gen_settings.py`.",
+        "code, and the section of [Configuration](configuration.md) or [Kubernetes](kubernetes.md)",
+        "whose table explains it. To add a setting, read it with",
+        '`setting("<kind>", "NAME", default)` under a comment saying what it does, and run',
+        "`python docs/gen_settings.py`.",
     ]
+    explained = topics()
     for path in sorted(SETTINGS_DIR.glob("*.py")):
         settings = read_settings(path)
         if not settings:
@@ -123,10 +150,14 @@ def render() -> str:
                 section = setting.section
                 if section:
                     out += ["", f"### {section}"]
-                out += ["", "| variable | kind | default | description |", "|---|---|---|---|"]
+                out += [
+                    "",
+                    "| variable | kind | default | description | explained in |",
+                    "|---|---|---|---|---|",
+                ]
             out.append(
                 f"| `{setting.name}` | {setting.kind} | `{_cell(setting.default)}` | "
-                f"{_cell(setting.description)} |"
+                f"{_cell(setting.description)} | {explained.get(setting.name, '')} |"
             )
     return "\n".join(out) + "\n"
 
