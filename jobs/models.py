@@ -59,8 +59,10 @@ class Job(models.Model):
     workers = models.PositiveIntegerField(default=1)
     inputs = models.JSONField(default=list, blank=True)
     # The code the job runs: staged into its working directory before the command starts.
+    # RESTRICT, not PROTECT: a snapshot a job ran stays while the job does, but deleting
+    # the project takes both (its jobs and snapshots cascade from it together).
     code_snapshot = models.ForeignKey(
-        "snapshots.CodeSnapshot", null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+        "snapshots.CodeSnapshot", null=True, blank=True, on_delete=models.RESTRICT, related_name="jobs"
     )
     outputs_dir = models.CharField(max_length=200, default="outputs")
     timeout_seconds = models.PositiveIntegerField(null=True, blank=True)

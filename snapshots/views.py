@@ -11,6 +11,7 @@ from core.views import GantryView, ObjectDetailView
 from datasets import storage
 from datasets.downloads import _zip_stream
 from datasets.models import blob_key
+from projects.views import PROJECT_CONTENTS
 from snapshots.models import CodeSnapshot, SnapshotFile
 
 TEXT_BYTES = 256 * 1024
@@ -111,3 +112,7 @@ class SnapshotDownloadView(GantryView):
         )
         response["Content-Security-Policy"] = "default-src 'none'; sandbox"
         return response
+
+
+# Their files stay in the blob store only while a dataset or another snapshot holds them.
+PROJECT_CONTENTS.append(("code snapshots", lambda project: project.code_snapshots.count()))
