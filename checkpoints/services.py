@@ -36,6 +36,7 @@ from datasets.models import Blob, blob_key
 from datasets.services.paths import human
 from datasets.services.quotas import check_quota
 from datasets.storage import store_blob
+from jobs.consumers import publish_panel
 from jobs.models import Job
 from jobs.signals import job_alert
 from projects.permissions import require
@@ -212,6 +213,8 @@ def commit_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
         transaction.on_commit(
             lambda: job_alert.send(sender=None, job=job, kind="checkpoint_saved", message=message)
         )
+        # The job's open pages refetch their checkpoints panel (checkpoints:job_checkpoints).
+        transaction.on_commit(lambda: publish_panel(job.pk, "checkpoints"))
     return locked
 
 

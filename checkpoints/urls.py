@@ -4,6 +4,7 @@ from checkpoints import views
 
 app_name = "checkpoints"
 urlpatterns = [
+    path("jobs/<int:pk>/checkpoints/", views.JobCheckpointsView.as_view(), name="job_checkpoints"),
     path(
         "checkpoints/<int:pk>/register/",
         views.CheckpointRegisterView.as_view(),

@@ -1,15 +1,28 @@
-"""The checkpoint buttons on the job page (templates/checkpoints/_job_checkpoints.html):
-register one as a model version, start a new job from one. POST only; each calls one
-service and returns to the page it leads to."""
+"""The job page's checkpoints panel (templates/checkpoints/_job_checkpoints.html) and its
+buttons: register one as a model version, start a new job from one. The buttons are
+POST only; each calls one service and returns to the page it leads to. The panel is
+refetched by the page when a checkpoint is committed (`services.commit_checkpoint`
+tells the job's websocket group)."""
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 
 from checkpoints.forms import RegisterCheckpointForm
 from checkpoints.models import Checkpoint
 from checkpoints.services import register_as_model_version, start_job_from
 from core.views import GantryView
+from jobs.models import Job
+
+
+class JobCheckpointsView(GantryView):
+    """The panel alone, for the job page to swap in (HTMX)."""
+
+    model = Job
+    permission_action = "job.view"
+
+    def get(self, request, *args, **kwargs):
+        return render(request, "checkpoints/_job_checkpoints.html", {"object": self.get_object()})
 
 
 class CheckpointActionView(GantryView):

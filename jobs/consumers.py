@@ -2,10 +2,12 @@
 
 Senders pick the group, one per job (`job-<id>`): `jobs.services.ingest_logs` and
 `ingest_metrics` and `jobs.states.transition` call the `publish_*` functions
-after their transaction commits. Storage stays the source of truth: the consumer
-backfills from it on connect and whenever a live message shows a gap (a message
-the layer dropped, or one sent before this socket joined), so a client that
-resumes with `?after=` gets every line once, in seq order per worker.
+after their transaction commits, and apps above jobs call `publish_panel` when a
+panel of theirs on the page changed (`checkpoints.services.commit_checkpoint`).
+Storage stays the source of truth: the consumer backfills from it on connect and
+whenever a live message shows a gap (a message the layer dropped, or one sent before
+this socket joined), so a client that resumes with `?after=` gets every line once,
+in seq order per worker; the page refetches its panels after a reconnect.
 
 The consumer also re-reads the job from the database every POLL_SECONDS. With the
 embedded in-process channel layer, messages sent by the django-q worker process
@@ -20,6 +22,7 @@ Protocol, server to client (JSON):
     {"type": "truncated", "worker", "before"}   lines before `before` were not sent
     {"type": "metrics", "points": [{"worker", "seq", "name", "step", "value", "ts"}, ...]}
     {"type": "caught_up"}                         the backfill is done; live from here
+    {"type": "panel", "panel"}                    a panel of the page changed: refetch it
 Query: `worker` = a rank or `all` (default); `after` = a seq (for every selected worker)
 or `0:120,1:98` per rank (absent: the recent tail); `metrics_after` likewise (absent: all
 points, at most METRIC_BACKFILL_MAX); `events_after` = the last timeline event the page has.
@@ -39,6 +42,7 @@ import asyncio
 import heapq
 import json
 import logging
+import re
 import time
 from importlib import import_module
 from types import SimpleNamespace
@@ -65,6 +69,7 @@ BACKFILL_MAX = 50_000  # most lines one resume sends per worker; beyond, `trunca
 MESSAGE_LINES = 1000
 METRIC_BACKFILL_MAX = 50_000
 POLL_SECONDS = 2.0
+PANEL = re.compile(r"[a-z][a-z-]{0,39}")  # becomes the page's event `job-panel-<name>`
 
 CLOSE_BAD_QUERY = 4400
 CLOSE_UNAUTHENTICATED = 4401
@@ -137,6 +142,14 @@ def publish_status(job, event: JobEvent) -> None:
             "events": [_event(event)],
         },
     )
+
+
+def publish_panel(job_id: int, panel: str) -> None:
+    """Tell the job's pages that one of its panels changed (`checkpoints`: one was
+    committed); the page refetches that panel. Apps above jobs name their own panels."""
+    if not PANEL.fullmatch(panel):
+        raise ValueError(f"a panel is named in lowercase letters and dashes, not {panel!r}")
+    publish(job_id, {"type": "job.panel", "panel": panel})
 
 
 def _point(p: MetricPoint) -> dict:
@@ -472,6 +485,12 @@ class JobLogConsumer(AsyncJsonWebsocketConsumer):
             events = [e for e in event["events"] if e["id"] > self.events_after]
             if events:  # else the poll already brought it: a late message must not go back
                 await self.apply_status(event["state"], event["reason"], events)
+
+    async def job_panel(self, event):
+        async with self.lock:
+            if await self.access_lost():
+                return
+            await self.send_json({"type": "panel", "panel": event["panel"]})
 
     async def apply_status(self, state, reason, events):
         if not events and (state, reason) == (self.state, self.reason):

@@ -448,6 +448,12 @@
     if (changed) document.body.dispatchEvent(new CustomEvent("job-status", { detail: msg }));
   }
 
+  // A panel an app above jobs adds to the page (checkpoints) listens for `job-panel-<name>`
+  // on the body and refetches itself (HTMX).
+  function refreshPanel(name) {
+    document.body.dispatchEvent(new CustomEvent(`job-panel-${name}`));
+  }
+
   // --- the socket: reconnects and resumes from the last seq ------------------------------------
   let socket = null;
   let connectedOnce = false;
@@ -484,6 +490,7 @@
       if (msg.type === "lines") addLines(msg.lines);
       else if (msg.type === "metrics") addPoints(msg.points);
       else if (msg.type === "status") applyStatus(msg);
+      else if (msg.type === "panel") refreshPanel(msg.panel);
       else if (msg.type === "truncated") {
         const had = log.lastSeq[msg.worker] || 0;
         if (had && had < msg.before - 1) {
@@ -494,6 +501,8 @@
         }
         log.lastSeq[msg.worker] = Math.max(had, msg.before - 1);
       } else if (msg.type === "caught_up") {
+        // Back after a drop: a panel may have changed while nobody was listening.
+        if (connectedOnce) document.querySelectorAll("[data-live-panel]").forEach((el) => refreshPanel(el.dataset.livePanel));
         connectedOnce = true;
         retryDelay = 500;
         setLiveStatus("live", "text-success");
