@@ -1,12 +1,13 @@
 """Invitations: a tenant admin invites someone by email address with a role; the emailed
 link creates their account (or links the account they are signed in with, local or single
-sign-on) and grants the role, once.
+sign-on, whose email must be the invited address) and grants the role, once.
 
 The link carries a random secret of 256 bits; the database keeps only its SHA-256, so a
 copy of the table accepts nothing and a changed link matches no row. Every refusal
-(unknown, tampered, expired, revoked or used link; a username taken; a weak password; an
-inviter who may no longer add members) is an `InvitationError` or a ValidationError
-raised before anything is written, inside one transaction, so it changes nothing.
+(unknown, tampered, expired, revoked or used link; an account of another address; a
+username taken; a weak password; an inviter who may no longer add members) is an
+`InvitationError` or a ValidationError raised before anything is written, inside one
+transaction, so it changes nothing.
 """
 
 import hashlib
@@ -77,7 +78,8 @@ def invite(
 ) -> Invitation:
     """Invite `email` to `tenant` with `role` (and `project_role` in `project`), and email
     the link. `base_url` is the address the invitee opens (the request's, by default
-    GANTRY_URL). A failure to send rolls the invitation back."""
+    GANTRY_URL). A failure to send rolls the invitation back. The returned invitation
+    carries the link in `accept_url` (only now: the database keeps its hash)."""
     require(actor, "invitation.manage", tenant)
     email = (email or "").strip()
     try:
@@ -115,7 +117,8 @@ def invite(
         role=role,
         **({"project": project.slug, "project_role": project_role} if project else {}),
     )
-    _send(invitation, (base_url or settings.GANTRY_URL).rstrip("/") + accept_path(key), actor)
+    invitation.accept_url = (base_url or settings.GANTRY_URL).rstrip("/") + accept_path(key)
+    _send(invitation, invitation.accept_url, actor)
     return invitation
 
 
@@ -201,6 +204,19 @@ def find_invitation(key: str, *, for_update: bool = False) -> Invitation:
     return invitation
 
 
+def check_account(invitation: Invitation, user) -> None:
+    """An invitation joins the account of the address it was sent to (any letter case): a
+    forwarded or leaked link must not let another account in."""
+    if (user.email or "").strip().casefold() != invitation.email.strip().casefold():
+        raise InvitationError(
+            f"This invitation is for {invitation.email}, and you are signed in as "
+            f"{user.username} ({user.email or 'no email address'}). Sign out, then sign in "
+            f"with the account of {invitation.email}, or open the link signed out to create "
+            "one.",
+            status=403,
+        )
+
+
 @transaction.atomic
 def accept_invitation(
     *, key: str, user=None, username: str = "", password: str = ""
@@ -226,6 +242,7 @@ def accept_invitation(
             raise InvitationError(
                 f"You ({user.username}) are already a member of {invitation.tenant}.", status=400
             )
+        check_account(invitation, user)
         created = False
     TENANT_MEMBERS.add(actor=inviter, place=invitation.tenant, user=user, role=invitation.role)
     if invitation.project is not None and invitation.project_role:

@@ -1,5 +1,6 @@
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
@@ -32,6 +33,8 @@ from core.views import (
     ServiceFormView,
     apply_service_errors,
 )
+
+CONSOLE_EMAIL = "django.core.mail.backends.console.EmailBackend"
 
 
 class TenantListView(ObjectListView):
@@ -66,6 +69,7 @@ class TenantDetailView(ObjectDetailView):
             .filter(tenant=tenant)
             .pending()
             .select_related("invited_by", "project"),
+            "invitation_link": self.request.session.pop("invitation_link", None),
         }
 
 
@@ -302,7 +306,7 @@ class InvitationCreateView(ServiceFormView):
 
     def perform(self, form, tenant):
         data = form.cleaned_data
-        return invitations.invite(
+        invitation = invitations.invite(
             actor=self.request.user,
             tenant=tenant,
             email=data["email"],
@@ -312,6 +316,11 @@ class InvitationCreateView(ServiceFormView):
             days=data["days"],
             base_url=self.request.build_absolute_uri("/"),
         )
+        if settings.EMAIL_BACKEND == CONSOLE_EMAIL:
+            # Mail only reaches the server's log here (`make run`): the tenant page shows
+            # the inviter the link to hand over, once.
+            self.request.session["invitation_link"] = [invitation.email, invitation.accept_url]
+        return invitation
 
 
 class InvitationRevokeView(GantryView):
@@ -355,13 +364,15 @@ class InvitationAcceptView(View):
         return render(
             request,
             "accounts/invitation_invalid.html",
-            {"message": error.message},
+            {"message": error.message, "wrong_account": error.status == 403},
             status=error.status,
         )
 
     def get(self, request, key):
         try:
             invitation = invitations.find_invitation(key)
+            if request.user.is_authenticated:
+                invitations.check_account(invitation, request.user)
         except invitations.InvitationError as error:
             return self._refused(request, error)
         return self._page(request, key, invitation)

@@ -192,20 +192,74 @@ def test_accepting_creates_the_account_and_grants_the_roles_once(owner, tenant, 
     assert snapshot() == before
 
 
-def test_a_signed_in_user_joins_with_their_account(owner, tenant, outsider, invited, client):
+def test_a_signed_in_user_joins_with_their_account(owner, tenant, outsider, client):
+    invited = invite_on_page(owner, tenant, "Oscar@Example.org")  # any letter case
     client.force_login(outsider)
     page = client.get(invited).content.decode()
     assert "Accept as oscar" in page
     response = client.post(invited)
     assert response.status_code == 302
     assert Membership.objects.get(tenant=tenant, user=outsider).role == TenantRole.MEMBER
-    assert User.objects.filter(email="new@example.org").count() == 0  # linked, none made
+    assert User.objects.filter(email__iexact="oscar@example.org").count() == 1  # linked
     event = AuditEvent.objects.get(action="invitation.accept")
     assert event.details["account"] == "linked"
 
 
+def test_an_account_of_another_address_cannot_accept(tenant, outsider, invited, client):
+    """A forwarded or leaked link: signed in as someone else, the page says whose it is and
+    the account is not let in."""
+    client.force_login(outsider)
+    before = snapshot()
+    page = client.get(invited)
+    assert page.status_code == 403
+    text = page.content.decode()
+    assert "This invitation is for new@example.org" in text
+    assert "signed in as oscar (oscar@example.org)" in text and "Sign out" in text
+    assert "Accept as" not in text
+    response = client.post(invited)
+    assert response.status_code == 403
+    assert "This invitation is for new@example.org" in response.content.decode()
+    assert snapshot() == before
+    assert not Membership.objects.filter(tenant=tenant, user=outsider).exists()
+    # The invitee can still use it.
+    client.logout()
+    signup = {"username": "newbie", "password1": PASSWORD, "password2": PASSWORD}
+    assert client.post(invited, signup).status_code == 302
+    assert Membership.objects.get(tenant=tenant, user__username="newbie")
+
+
+def test_with_console_mail_the_inviter_sees_the_link_to_hand_over(owner, tenant, client, settings):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+    client.force_login(owner)
+    response = client.post(
+        reverse("accounts:invitation_add", args=[tenant.pk]),
+        {"email": "ada@example.org", "role": "member", "days": "7"},
+        follow=True,
+    )
+    page = response.content.decode()
+    link = re.search(r'id="new-invitation-link" value="(https?://[^"]+)"', page)
+    assert link, page
+    assert "not to ada@example.org" in page
+    assert invitations.find_invitation(link.group(1).rstrip("/").rsplit("/", 1)[1]).email == (
+        "ada@example.org"
+    )
+    again = client.get(reverse("accounts:tenant_detail", args=[tenant.pk])).content.decode()
+    assert "new-invitation-link" not in again  # shown once
+
+
+def test_with_real_mail_the_link_is_not_shown(owner, tenant, client):
+    client.force_login(owner)
+    response = client.post(
+        reverse("accounts:invitation_add", args=[tenant.pk]),
+        {"email": "ada@example.org", "role": "member", "days": "7"},
+        follow=True,
+    )
+    assert "Sent an invitation to ada@example.org" in response.content.decode()
+    assert "new-invitation-link" not in response.content.decode()
+
+
 def test_a_single_sign_on_account_is_linked_too(owner, tenant, invited, client):
-    sso_user = User.objects.create(username="grace", oidc_subject="kc-123")
+    sso_user = User.objects.create(username="grace", email="NEW@example.org", oidc_subject="kc-123")
     sso_user.set_unusable_password()
     sso_user.save()
     client.force_login(sso_user)
@@ -292,7 +346,8 @@ def test_only_admins_withdraw_and_outsiders_get_404(member, outsider, invited, c
     assert Invitation.objects.get().status == "pending"
 
 
-def test_an_accepted_invitation_cannot_be_withdrawn(owner, outsider, invited):
+def test_an_accepted_invitation_cannot_be_withdrawn(owner, tenant, outsider):
+    invited = invite_on_page(owner, tenant, outsider.email)
     invitation = Invitation.objects.get()
     invitations.accept_invitation(key=invited.rstrip("/").rsplit("/", 1)[1], user=outsider)
     with pytest.raises(Exception, match="already accepted"):
