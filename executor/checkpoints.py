@@ -32,7 +32,9 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
+
+from .safefs import Dir, UnsafePath
 
 CHECKPOINT_DIR_ENV = "GANTRY_CHECKPOINT_DIR"
 RESUME_ENV = "GANTRY_RESUME_FROM"
@@ -97,32 +99,23 @@ def resume_from() -> str | None:
 # --- the executor's side ----------------------------------------------------------------
 
 
-def _sha256(path: str) -> tuple[int, str]:
+def _sha256(fh: BinaryIO) -> tuple[int, str]:
     digest, size = hashlib.sha256(), 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1024 * 1024):
-            digest.update(chunk)
-            size += len(chunk)
+    while chunk := fh.read(1024 * 1024):
+        digest.update(chunk)
+        size += len(chunk)
     return size, digest.hexdigest()
 
 
-def _files(folder: str) -> list[tuple[str, str]]:
-    """(relative path, full path) of the regular files of a checkpoint, marker excluded."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        for f in sorted(filenames):
-            full = os.path.join(dirpath, f)
-            rel = os.path.relpath(full, folder).replace(os.sep, "/")
-            if rel != MARKER and not os.path.islink(full) and os.path.isfile(full):
-                found.append((rel, full))
-    return found
+def _hash(folder: Dir, rel: str) -> tuple[int, str]:
+    with folder.open_file(rel) as fh:
+        return _sha256(fh)
 
 
-def _meta(folder: str) -> dict[str, Any]:
+def _meta(folder: Dir) -> dict[str, Any]:
     try:
-        with open(os.path.join(folder, MARKER)) as fh:
-            meta = json.load(fh)
+        with folder.open_file(MARKER) as fh:
+            meta = json.loads(fh.read(64 * 1024))
     except (OSError, ValueError):
         return {}
     return meta if isinstance(meta, dict) else {}
@@ -156,9 +149,13 @@ class CheckpointAgent:
     def stage(self, cancelled: Callable[[], bool], deadline: float | None) -> None:
         """Stage the job's latest complete checkpoint (raises StagingError on failure)."""
         from .client import GiveUp, HttpError
-        from .staging import StagingCancelled, StagingError, _download
+        from .staging import StagingCancelled, StagingError
 
-        os.makedirs(self.root, exist_ok=True)
+        try:
+            with Dir.workdir(self.workdir) as work:
+                work.sub(FOLDER, create=True).close()
+        except UnsafePath as exc:
+            raise StagingError(f"refused to stage checkpoints: {exc}") from exc
         try:
             answer = self.client.retrying(
                 lambda: self._get("checkpoints/latest"), "GET checkpoints/latest",
@@ -176,27 +173,46 @@ class CheckpointAgent:
         name, files = str(found["name"]), found["files"]
         if not _valid_name(name):
             raise StagingError(f"refused checkpoint name {name!r}")
+        try:
+            with Dir.workdir(self.workdir) as work, work.sub(FOLDER, create=True) as root:
+                if not self._intact(root, name, files):
+                    self._download(root, name, found, cancelled, deadline)
+        except UnsafePath as exc:
+            raise StagingError(f"refused to stage checkpoint {name}: {exc}") from exc
         dest = os.path.join(self.root, name)
-        if not self._intact(dest, files):
-            tmp = os.path.join(self.root, f".staging-{name}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            for f in files:
-                target = os.path.normpath(os.path.join(tmp, f["path"]))
-                if os.path.commonpath([tmp, target]) != tmp:
-                    raise StagingError(f"refused checkpoint path {f['path']!r}")
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                url = self.client.url(
-                    f"checkpoints/{found['id']}/files/{urllib.parse.quote(f['path'])}"
-                )
-                _download(self.client, url, target, f"checkpoint {name}/{f['path']}",
-                          f["size"], f["sha256"], cancelled, deadline)
-            with open(os.path.join(tmp, MARKER), "w") as fh:
-                json.dump({"step": found.get("step"), "metrics": {}}, fh)
-            shutil.rmtree(dest, ignore_errors=True)
-            os.rename(tmp, dest)
         self.staged = dest
         self._mark_done(name)
         self.log(f"resuming from checkpoint {name} (step {found.get('step')}): {RESUME_ENV}={self._inside(dest)}")
+
+    def _download(self, root: Dir, name: str, found: dict, cancelled: Callable[[], bool],
+                  deadline: float | None) -> None:
+        """Download into ``.staging-<name>``, then rename it over ``<name>``: all inside
+        the descriptor of ``checkpoints/``, so a link the job left there is removed as a
+        link, never followed."""
+        from .staging import StagingError, _check_rel, download_into
+
+        tmp_name = f".staging-{name}"
+        root.remove(tmp_name)
+        with root.sub(tmp_name, create=True) as tmp:
+            for f in found["files"]:
+                parts = _check_rel(f["path"], "checkpoint path")
+                if not parts or parts[0] == MARKER:
+                    raise StagingError(f"refused checkpoint path {f['path']!r}")
+                url = self.client.url(
+                    f"checkpoints/{found['id']}/files/{urllib.parse.quote(f['path'])}"
+                )
+                folder = tmp.sub("/".join(parts[:-1]), create=True) if len(parts) > 1 else None
+                try:
+                    download_into(self.client, url, folder or tmp, parts[-1],
+                                  f"checkpoint {name}/{f['path']}", f["size"], f["sha256"],
+                                  cancelled, deadline)
+                finally:
+                    if folder is not None:
+                        folder.close()
+            with tmp.create(MARKER) as fh:
+                fh.write(json.dumps({"step": found.get("step"), "metrics": {}}).encode())
+        root.remove(name)
+        root.rename(tmp_name, name)
 
     def _get(self, path: str) -> Any:
         """GET JSON without taking a 404 for a revoked token (an older Gantry has no
@@ -211,15 +227,15 @@ class CheckpointAgent:
             except (OSError, ValueError) as exc:
                 raise RetryableError(f"GET {path}: {exc}") from exc
 
-    def _intact(self, dest: str, files: list[dict]) -> bool:
+    def _intact(self, root: Dir, name: str, files: list[dict]) -> bool:
         """A folder left in a reused working directory that already holds every file."""
-        if not os.path.isfile(os.path.join(dest, MARKER)):
+        try:
+            with root.sub(name) as dest:
+                if not dest.is_file(MARKER):
+                    return False
+                return all(_hash(dest, f["path"]) == (f["size"], f["sha256"]) for f in files)
+        except (OSError, KeyError, TypeError):
             return False
-        for f in files:
-            full = os.path.join(dest, f["path"])
-            if not os.path.isfile(full) or _sha256(full) != (f["size"], f["sha256"]):
-                return False
-        return True
 
     def _inside(self, path: str) -> str:
         if not self.sandboxed:
@@ -257,18 +273,34 @@ class CheckpointAgent:
     def scan(self) -> None:
         with self._lock:
             try:
-                names = sorted(os.listdir(self.root))
+                work = Dir.workdir(self.workdir)
             except OSError:
                 return
-            for name in names:
-                folder = os.path.join(self.root, name)
-                if name.startswith(".") or name in self.done or not os.path.isfile(
-                    os.path.join(folder, MARKER)
-                ):
-                    continue
+            try:
+                with work, work.sub(FOLDER) as root:
+                    for name in root.names():
+                        if name.startswith(".") or name in self.done:
+                            continue
+                        self._consider(root, name)
+            except OSError:
+                return  # no checkpoints folder (yet), or a link in its place
+
+    def _consider(self, root: Dir, name: str) -> None:
+        """Upload `name` once its marker exists; a link (or a file) in its place is the
+        job's mistake or an attack: said once, never followed."""
+        try:
+            folder = root.sub(name)
+        except UnsafePath:
+            self.log(f"checkpoint {name!r} ignored: not a folder (a symbolic link is never followed)")
+            self._mark_done(name)
+            return
+        except OSError:
+            return  # gone meanwhile
+        with folder:
+            if folder.is_file(MARKER):
                 self._upload(name, folder)
 
-    def _upload(self, name: str, folder: str) -> None:
+    def _upload(self, name: str, folder: Dir) -> None:
         from .client import GiveUp, HttpError
 
         if not _valid_name(name):
@@ -278,25 +310,29 @@ class CheckpointAgent:
         meta = _meta(folder)
         step = meta.get("step") if isinstance(meta.get("step"), int) else None
         try:
-            files = [(rel, full, *_sha256(full)) for rel, full in _files(folder)]
+            # Hashed and uploaded from descriptors (executor/safefs.py): a file swapped for
+            # a link after it was listed is refused, not followed.
+            files = [(rel, *_hash(folder, rel)) for rel in folder.files() if rel != MARKER]
             body = {
                 "worker": self.worker, "name": name, "step": step,
                 "metrics": meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {},
-                "files": [{"path": r, "size": s, "sha256": h} for r, _, s, h in files],
+                "files": [{"path": r, "size": s, "sha256": h} for r, s, h in files],
             }
             answer = self.client.json("POST", "checkpoints", body)
             if answer.get("state") != "complete":
-                by_path = {r: (full, s, h) for r, full, s, h in files}
+                by_path = {r: (s, h) for r, s, h in files}
                 for rel in answer.get("missing", []):
-                    full, size, sha = by_path[rel]
+                    size, sha = by_path[rel]
                     path = f"checkpoints/{answer['id']}/files/{urllib.parse.quote(rel)}"
-                    self.client.put_file(path, full, size, {"X-Gantry-Sha256": sha})
+                    self.client.put_file(path, lambda rel=rel: folder.open_file(rel), size,
+                                         {"X-Gantry-Sha256": sha})
                 self.client.json("POST", f"checkpoints/{answer['id']}/commit", {"worker": self.worker})
-                marker = os.path.getmtime(os.path.join(folder, MARKER))
-                self.last_marker = max(self.last_marker, marker)
-                size = sum(s for _, _, s, _ in files)
+                self.last_marker = max(self.last_marker, folder.mtime(MARKER))
+                size = sum(s for _, s, _ in files)
                 self.log(f"checkpoint {name} (step {step}) saved: {len(files)} file(s), {size} bytes")
         except HttpError as exc:  # refused (quota, bad name): said once, not retried
+            self.log(f"checkpoint {name} not saved: {exc}")
+        except UnsafePath as exc:  # a file swapped for a link while it was read
             self.log(f"checkpoint {name} not saved: {exc}")
         except (GiveUp, OSError) as exc:  # next scan tries again
             self.log(f"checkpoint {name} not uploaded yet: {exc}")

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import IO, Any, TypeVar
+from typing import IO, Any, BinaryIO, TypeVar
 
 T = TypeVar("T")
 
@@ -227,15 +227,18 @@ class Client:
             deadline=deadline,
         )
 
-    def put_file(self, path: str, file_path: str, size: int, headers: dict[str, str]) -> Any:
-        """PUT a file streamed from disk (reopened on every retry)."""
+    def put_file(
+        self, path: str, open_file: Callable[[], BinaryIO], size: int, headers: dict[str, str]
+    ) -> Any:
+        """PUT a file streamed from disk; `open_file` opens it again on every retry (for a
+        job's file: a descriptor from executor.safefs, never a path reopened by name)."""
 
         def op() -> Any:
             hdrs = dict(headers)
             hdrs["Content-Type"] = "application/octet-stream"
             hdrs["Content-Length"] = str(size)
             url = self.url(path)
-            with open(file_path, "rb") as fh:
+            with open_file() as fh:
                 resp = self.open("PUT", url, data=fh, headers=hdrs)
                 with resp:
                     try:

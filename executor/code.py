@@ -3,19 +3,20 @@
 The spec names the manifest's URL (``spec["code"]``, the agent API's ``jobs/<id>/code``);
 each file is downloaded, its size and sha256 checked, and placed read-only (0444, or 0555
 for executables) at its path; folders stay writable, so the job may write beside its code.
-Every path is checked before anything is downloaded: absolute paths, ``..``, ``.gantry``
-and paths through symbolic links out of the working directory are refused. The same code
+Every path is checked before anything is downloaded (absolute paths, ``..`` and
+``.gantry`` are refused), and every file is written through descriptors that refuse a
+symbolic link anywhere on its path (executor/safefs.py). The same code
 runs on the local backend and in a Kubernetes pod (the executor is inside the job).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 from .client import Client, GiveUp, HttpError
-from .staging import SHA256_HEX, StagingCancelled, StagingError, safe_destination, stage_inputs
+from .safefs import Dir
+from .staging import SHA256_HEX, StagingCancelled, StagingError, destination, stage_inputs
 
 READ_ONLY_EXECUTABLE = 0o555
 
@@ -37,8 +38,8 @@ def _plan(workdir: str, files: Any) -> list[dict[str, Any]]:
         mode = f.get("mode", 0o644)
         if isinstance(mode, bool) or not isinstance(mode, int):
             raise StagingError(f"code manifest: invalid mode for {f.get('path')!r}")
-        dest = safe_destination(workdir, "", f.get("path"))
-        checked.append({**f, "dest": dest, "executable": bool(mode & 0o111)})
+        parts = destination("", f.get("path"))
+        checked.append({**f, "dest": "/".join(parts), "executable": bool(mode & 0o111)})
     return checked
 
 
@@ -76,6 +77,7 @@ def stage_code(
         cancelled,
         deadline,
     )
-    for f in plan:
-        if f["executable"]:
-            os.chmod(f["dest"], READ_ONLY_EXECUTABLE)
+    with Dir.workdir(workdir) as work:
+        for f in plan:
+            if f["executable"]:
+                work.chmod(f["dest"], READ_ONLY_EXECUTABLE)

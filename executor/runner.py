@@ -22,6 +22,7 @@ from .code import stage_code
 from .gpu import start_sampler
 from .metrics_file import tail_metrics
 from .outputs import upload_outputs
+from .safefs import Dir
 from .shipper import Shipper
 from .staging import StagingCancelled, StagingError, stage_inputs
 
@@ -227,7 +228,11 @@ class Runner:
                 f"invalid outputs_dir in job spec: {spec.get('outputs_dir')!r}",
                 EXIT_INTERNAL,
             )
-        os.makedirs(outputs_dir, exist_ok=True)
+        try:  # through descriptors: a reused workdir may hold the job's links
+            with Dir.workdir(self.workdir) as work:
+                work.sub(os.path.relpath(outputs_dir, self.workdir), create=True).close()
+        except OSError as exc:
+            raise Ended("failed", f"cannot create the outputs folder: {exc}", EXIT_INTERNAL) from exc
         return command, outputs_dir
 
     def _stage_inputs(self) -> None:

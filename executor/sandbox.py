@@ -295,20 +295,34 @@ def prepare_workdir(
 
     Read-only files (staged read-only inputs: hard links to the machine's blob cache,
     mode 0444) stay root's, so the job can read them but never change the cached blob;
-    so does the executor's own log beside them. Symbolic links are not followed."""
-    state_real = os.path.realpath(state_dir)
-    for dirpath, dirnames, filenames in os.walk(workdir):
-        if os.path.realpath(dirpath) == state_real:
-            dirnames[:] = []
-            continue
-        os.chown(dirpath, uid, gid, follow_symlinks=False)
-        for name in filenames:
-            if dirpath == workdir and name == "executor.log":
+    so does the executor's own log beside them. On a relaunch the workdir holds what the
+    previous attempt left, links included: every folder is entered and every file is
+    changed through descriptors (executor/safefs.py), so no link is ever followed and a
+    file's link count is read from the very inode that is then given away."""
+    from .safefs import DIR_FLAGS, READ_FLAGS, Dir, open_beneath
+
+    state = os.path.relpath(state_dir, workdir)
+    with Dir.workdir(workdir) as work:
+        os.fchown(work.fd, uid, gid)
+        for rel, mode in work.entries():
+            if rel == state or rel.startswith(state + "/") or rel == "executor.log":
                 continue
-            path = os.path.join(dirpath, name)
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o222 and st.st_nlink == 1:
-                os.chown(path, uid, gid, follow_symlinks=False)
+            if stat.S_ISDIR(mode):
+                flags = DIR_FLAGS
+            elif stat.S_ISREG(mode) and mode & 0o222:
+                flags = READ_FLAGS
+            else:
+                continue  # links, sockets, FIFOs, read-only files: left as they are
+            try:
+                fd = open_beneath(work.fd, rel, flags)
+            except OSError:
+                continue  # replaced meanwhile (by a link: refused, not followed)
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
+                    os.fchown(fd, uid, gid)
+            finally:
+                os.close(fd)
     os.chown(state_dir, 0, 0, follow_symlinks=False)
     os.chmod(state_dir, 0o755)
     spool = os.path.join(state_dir, "spool")

@@ -12,9 +12,10 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 
 from .client import Client, GiveUp, HttpError, RetryableError
+from .safefs import Dir, UnsafePath
 
 CHUNK = 1 << 20
 SHA256_HEX = frozenset("0123456789abcdef")
@@ -47,8 +48,10 @@ def _check_rel(value: object, what: str) -> list[str]:
     return parts
 
 
-def safe_destination(workdir: str, mount: object, path: object) -> str:
-    """``workdir/<mount>/<path>``, refusing anything that escapes workdir."""
+def destination(mount: object, path: object) -> list[str]:
+    """The components of ``<mount>/<path>`` in the workdir, refusing absolute paths, ``..``
+    and ``.gantry``. Links in the workdir are refused where the file is written
+    (executor/safefs.py), not here: a check by name could be raced."""
     mparts = _check_rel(mount, "mount")
     pparts = _check_rel(path, "input path")
     if not pparts:
@@ -56,21 +59,25 @@ def safe_destination(workdir: str, mount: object, path: object) -> str:
     parts = mparts + pparts
     if parts[0] == ".gantry":
         raise StagingError(f"refusing input path {mount!r}/{path!r}: .gantry is reserved")
-    root = os.path.realpath(workdir)
-    dest = os.path.join(root, *parts)
-    # Pre-existing symlinks inside the workdir must not lead outside of it.
-    real = os.path.realpath(dest)
-    if os.path.commonpath([root, real]) != root:
-        raise StagingError(f"refusing input path {mount!r}/{path!r}: it escapes the workdir")
-    return dest
+    return parts
 
 
-def _sha256_file(path: str) -> str:
+def _sha256_file(fh: BinaryIO) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            h.update(chunk)
+    for chunk in iter(lambda: fh.read(CHUNK), b""):
+        h.update(chunk)
     return h.hexdigest()
+
+
+def _present(folder: Dir, name: str, size: int | None, sha: str) -> bool:
+    """Whether `name` in `folder` already is this file (a reused workdir)."""
+    try:
+        with folder.open_file(name) as fh:
+            if size is not None and os.fstat(fh.fileno()).st_size != size:
+                return False
+            return _sha256_file(fh) == sha
+    except OSError:
+        return False
 
 
 SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -109,7 +116,7 @@ def stage_inputs(
     if not isinstance(inputs, list):
         raise StagingError("spec 'inputs' must be a list")
     # Validate every path first so nothing is downloaded for a bad spec.
-    plan: list[tuple[str, str, dict[str, Any], bool]] = []
+    plan: list[tuple[str, list[str], dict[str, Any], bool]] = []
     for inp in inputs:
         if not isinstance(inp, dict):
             raise StagingError(f"invalid input entry {inp!r}")
@@ -126,54 +133,26 @@ def stage_inputs(
                 not isinstance(sha, str) or len(sha) != 64 or not set(sha.lower()) <= SHA256_HEX
             ):
                 raise StagingError(f"invalid sha256 {sha!r} for input {f.get('path')!r}")
-            dest = safe_destination(workdir, mount, f.get("path"))
-            plan.append((str(mount), dest, f, read_only))
+            plan.append((str(mount), destination(mount, f.get("path")), f, read_only))
     total = sum(int(f.get("size") or 0) for _, _, f, _ in plan)
     log(f"staging {len(plan)} input file(s) ({_human(total)}) into {workdir}")
     cache = BlobCache.from_env(log)
     fetched = skipped = cached = 0
-    for mount, dest, f, read_only in plan:
-        if cancelled():
-            raise StagingCancelled()
-        label = posixpath.join(mount, f["path"]) if mount else f["path"]
-        expected_sha = (f.get("sha256") or "").lower() or None
-        expected_size = f.get("size")
-        expected_size = None if expected_size is None else int(expected_size)
-        if (
-            expected_sha is not None
-            and os.path.isfile(dest)
-            and (expected_size is None or os.path.getsize(dest) == expected_size)
-            and _sha256_file(dest) == expected_sha
-        ):
-            skipped += 1
-        else:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            hit = None
-            if cache is not None and expected_sha is not None:
-                try:
-                    hit = cache.stage(
-                        expected_sha,
-                        expected_size,
-                        dest,
-                        link=read_only,
-                        fetch=lambda tmp, f=f, label=label, sha=expected_sha, size=expected_size: (
-                            _download(client, f["url"], tmp, label, size, sha, cancelled, deadline)
-                        ),
-                        cancelled=cancelled,
+    counts = {"downloaded": 0, "cached": 0, "present": 0}
+    with Dir.workdir(workdir) as work:
+        for mount, parts, f, read_only in plan:
+            if cancelled():
+                raise StagingCancelled()
+            label = posixpath.join(mount, f["path"]) if mount else f["path"]
+            try:
+                with work.sub("/".join(parts[:-1]), create=True) as folder:
+                    how, cache = _stage_file(
+                        client, folder, parts[-1], f, label, read_only, cache, log, cancelled, deadline
                     )
-                except OSError as exc:  # a full or unwritable cache must not fail the job
-                    log(f"input cache {cache.root} unusable ({exc}); downloading directly")
-                    cache = None
-            if hit is None:
-                _download(
-                    client, f["url"], dest, label, expected_size, expected_sha, cancelled, deadline
-                )
-            if hit:
-                cached += 1
-            else:
-                fetched += 1
-        if read_only:
-            os.chmod(dest, READ_ONLY_MODE)
+            except OSError as exc:  # UnsafePath: a link the job left on the way
+                raise StagingError(f"cannot stage input {label}: {exc}") from exc
+            counts[how] += 1
+    fetched, cached, skipped = counts["downloaded"], counts["cached"], counts["present"]
     msg = f"staged {len(plan)} input file(s): {fetched} downloaded"
     if cached:
         msg += f", {cached} from the cache"
@@ -183,6 +162,47 @@ def stage_inputs(
     if cache is not None and fetched:
         with contextlib.suppress(OSError):
             cache.evict()
+
+
+def _stage_file(
+    client: Client,
+    folder: Dir,
+    name: str,
+    f: dict[str, Any],
+    label: str,
+    read_only: bool,
+    cache: BlobCache | None,
+    log: Callable[[str], None],
+    cancelled: Callable[[], bool],
+    deadline: float | None,
+) -> tuple[str, BlobCache | None]:
+    """Put one input file at `name` in `folder`: ("present" | "cached" | "downloaded",
+    the cache, None once it proved unusable)."""
+    sha = (f.get("sha256") or "").lower() or None
+    size = None if f.get("size") is None else int(f["size"])
+    how = "downloaded"
+    if sha is not None and _present(folder, name, size, sha):
+        how = "present"
+    else:
+        hit = None
+        if cache is not None and sha is not None:
+            try:
+                hit = cache.stage(
+                    sha, size, folder, name, link=read_only, cancelled=cancelled,
+                    fetch=lambda out: _download(client, f["url"], out, label, size, sha, cancelled, deadline),
+                )
+            except UnsafePath:
+                raise
+            except OSError as exc:  # a full or unwritable cache must not fail the job
+                log(f"input cache {cache.root} unusable ({exc}); downloading directly")
+                cache = None
+        if hit is None:
+            download_into(client, f["url"], folder, name, label, size, sha, cancelled, deadline)
+        elif hit:
+            how = "cached"
+    if read_only:
+        folder.chmod(name, READ_ONLY_MODE)
+    return how, cache
 
 
 class BlobCache:
@@ -235,13 +255,14 @@ class BlobCache:
         self,
         sha: str,
         size: int | None,
-        dest: str,
+        folder: Dir,
+        name: str,
         *,
         link: bool,
-        fetch: Callable[[str], None],
+        fetch: Callable[[BinaryIO], None],
         cancelled: Callable[[], bool],
     ) -> bool:
-        """Put blob ``sha`` at ``dest``; True when it came from the cache."""
+        """Put blob ``sha`` at `name` in the job's `folder`; True when it came from the cache."""
         blob = self.path(sha)
         hit = self._valid(blob, size)
         if not hit:
@@ -252,9 +273,9 @@ class BlobCache:
                     fd, tmp = tempfile.mkstemp(
                         prefix=f".{sha}.", suffix=".part", dir=os.path.dirname(blob)
                     )
-                    os.close(fd)
                     try:
-                        fetch(tmp)  # verifies size + sha256, then renames onto tmp
+                        with os.fdopen(fd, "wb") as out:
+                            fetch(out)  # verifies size + sha256
                         os.chmod(tmp, READ_ONLY_MODE)
                         os.replace(tmp, blob)
                     finally:
@@ -262,25 +283,29 @@ class BlobCache:
         now = time.time()
         with contextlib.suppress(OSError):
             os.utime(blob, (now, os.stat(blob).st_mtime))  # LRU: record the use
-        self._place(blob, dest, link)
+        self._place(blob, folder, name, link)
         return hit
 
-    def _place(self, blob: str, dest: str, link: bool) -> None:
-        tmp = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.part")
-        _unlink(tmp)
+    def _place(self, blob: str, folder: Dir, name: str, link: bool) -> None:
+        """Hard-link (read-only inputs) or copy the blob, through the folder's descriptor."""
+        part = f".{name}.part"
+        folder.remove(part)
         try:
             linked = False
             if link:
                 try:
-                    os.link(blob, tmp)
+                    folder.link_from(blob, part)
                     linked = True
+                except UnsafePath:
+                    raise
                 except OSError:
                     pass  # other filesystem, or links not supported: copy
             if not linked:
-                shutil.copyfile(blob, tmp)
-            os.replace(tmp, dest)
+                with open(blob, "rb") as src, folder.create(part) as dst:
+                    shutil.copyfileobj(src, dst, CHUNK)
+            folder.rename(part, name)
         finally:
-            _unlink(tmp)
+            folder.remove(part)
 
     @contextlib.contextmanager
     def _lock(self, blob: str, cancelled: Callable[[], bool]):  # type: ignore[no-untyped-def]
@@ -327,19 +352,42 @@ class BlobCache:
             total -= size
 
 
-def _download(
+def download_into(
     client: Client,
     url: str,
-    dest: str,
+    folder: Dir,
+    name: str,
     label: str,
     expected_size: int | None,
     expected_sha: str | None,
     cancelled: Callable[[], bool],
     deadline: float | None,
 ) -> None:
+    """Download to ``.<name>.part`` in the job's `folder`, check it, rename it to `name`
+    (all through the folder's descriptor: executor/safefs.py)."""
+    part = f".{name}.part"
+    try:
+        with folder.create(part) as out:
+            _download(client, url, out, label, expected_size, expected_sha, cancelled, deadline)
+        folder.rename(part, name)
+    finally:
+        folder.remove(part)
+
+
+def _download(
+    client: Client,
+    url: str,
+    out: BinaryIO,
+    label: str,
+    expected_size: int | None,
+    expected_sha: str | None,
+    cancelled: Callable[[], bool],
+    deadline: float | None,
+) -> None:
+    """Download into the open file `out` (rewritten on every retry), checking its size
+    and sha256 (StagingError when they differ)."""
     full = client.resolve(url)
     same_origin = client.same_origin(full)
-    tmp = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.part")
 
     def attempt() -> tuple[int, str]:
         try:
@@ -349,7 +397,9 @@ def _download(
         h = hashlib.sha256()
         n = 0
         try:
-            with resp, open(tmp, "wb") as out:
+            out.seek(0)
+            out.truncate()
+            with resp:
                 while True:
                     if cancelled():
                         raise StagingCancelled()
@@ -363,6 +413,7 @@ def _download(
                         )
                     h.update(chunk)
                     out.write(chunk)
+            out.flush()
         except (OSError, http.client.HTTPException) as exc:
             raise RetryableError(f"download of {label} interrupted: {exc}") from exc
         return n, h.hexdigest()
@@ -372,24 +423,17 @@ def _download(
             attempt, f"download {label}", interrupted=cancelled, deadline=deadline
         )
     except GiveUp as exc:
-        _unlink(tmp)
         if cancelled():
             raise StagingCancelled() from exc
         raise StagingError(f"cannot download input {label}: {exc}") from exc
-    except BaseException:
-        _unlink(tmp)
-        raise
     if expected_size is not None and size != expected_size:
-        _unlink(tmp)
         raise StagingError(
             f"input {label}: size mismatch (expected {expected_size} bytes, got {size})"
         )
     if expected_sha is not None and digest != expected_sha:
-        _unlink(tmp)
         raise StagingError(
             f"input {label}: sha256 mismatch (expected {expected_sha}, got {digest})"
         )
-    os.replace(tmp, dest)
 
 
 def _unlink(path: str) -> None:

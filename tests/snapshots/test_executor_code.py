@@ -84,7 +84,7 @@ def test_a_symlink_in_the_workdir_cannot_lead_code_outside(server, tmp_path):
     workdir.mkdir()
     (tmp_path / "outside").mkdir()
     (workdir / "lib").symlink_to(tmp_path / "outside")
-    with pytest.raises(StagingError, match="escapes"):
+    with pytest.raises(StagingError, match="symbolic link"):
         _stage(server, workdir, _manifest(server, {"lib/x.py": b"x"}))
     assert not (tmp_path / "outside" / "x.py").exists()
 
