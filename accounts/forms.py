@@ -87,6 +87,26 @@ class ApiTokenForm(forms.Form):
         return timezone.now() + timedelta(days=days) if days else None
 
 
+class DefaultProjectForm(forms.Form):
+    default_project = forms.ModelChoiceField(
+        queryset=None,
+        required=False,
+        empty_label="None: refuse bare names",
+        label="Default project for MLflow",
+        help_text=(
+            'What a bare experiment or model name (mlflow.set_experiment("digits")) means '
+            "for a token or sign-in that reaches several projects."
+        ),
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        projects = User._meta.get_field("default_project").related_model.objects
+        self.fields["default_project"].queryset = projects.visible_to(user).select_related("tenant")
+        if not self.is_bound:
+            self.initial.setdefault("default_project", user.default_project_id)
+
+
 INVITATION_DAYS = [("1", "1 day"), ("7", "7 days"), ("30", "30 days")]
 
 

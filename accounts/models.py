@@ -18,6 +18,17 @@ class User(AbstractUser):
     oidc_subject = models.CharField(
         "SSO subject", max_length=255, unique=True, null=True, blank=True, editable=False
     )
+    # What a bare MLflow experiment or model name means when the user's token or session
+    # reaches several projects (tracking.services.access.home_project). accounts sits
+    # below projects: the project is named, not imported.
+    default_project = models.ForeignKey(
+        "projects.Project",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The project a bare MLflow experiment or model name means.",
+    )
 
     class Meta:
         ordering = ["username"]

@@ -172,6 +172,18 @@ def create_api_token(
     return token, key
 
 
+def set_default_project(*, actor, project=None):
+    """Choose the project a bare MLflow experiment or model name means when the user's
+    token or session reaches several (None: no default; such names are then refused)."""
+    if not actor.is_authenticated:
+        raise PermissionDenied
+    if project is not None:
+        require(actor, "project.view", project)
+    actor.default_project = project
+    actor.save(update_fields=["default_project"])
+    return actor
+
+
 @transaction.atomic
 def revoke_api_token(*, actor, token: ApiToken) -> ApiToken:
     if token.user_id != actor.pk and not actor.is_superuser:

@@ -14,6 +14,11 @@ urlpatterns = [
     path("memberships/<int:pk>/remove/", views.MemberRemoveView.as_view(), name="member_remove"),
     path("settings/tokens/", views.ApiTokenListView.as_view(), name="token_list"),
     path(
+        "settings/default-project/",
+        views.DefaultProjectView.as_view(),
+        name="default_project",
+    ),
+    path(
         "settings/tokens/<int:pk>/revoke/", views.ApiTokenRevokeView.as_view(), name="token_revoke"
     ),
     path(

@@ -17,6 +17,7 @@ from accounts import invitations, services
 from accounts.filters import ApiTokenFilterSet, TenantFilterSet
 from accounts.forms import (
     ApiTokenForm,
+    DefaultProjectForm,
     InvitationForm,
     InvitationSignUpForm,
     MemberAddForm,
@@ -208,7 +209,10 @@ class ApiTokenListView(ObjectListView):
         return super().get_queryset().select_related("project__tenant")
 
     def get_extra_context(self):
-        return {"form": ApiTokenForm(user=self.request.user)}
+        return {
+            "form": ApiTokenForm(user=self.request.user),
+            "default_project_form": DefaultProjectForm(user=self.request.user),
+        }
 
     def post(self, request):
         form = ApiTokenForm(data=request.POST, user=request.user)
@@ -233,7 +237,12 @@ class ApiTokenListView(ObjectListView):
         return render(
             request,
             self.template_name,
-            {"form": form, "objects": tokens, "new_key": new_key},
+            {
+                "form": form,
+                "objects": tokens,
+                "new_key": new_key,
+                "default_project_form": DefaultProjectForm(user=request.user),
+            },
             status=200 if new_key else status,
         )
 
@@ -254,6 +263,26 @@ class ApiTokenRevokeView(GantryView):
         token = get_object_or_404(ApiToken.objects.visible_to(request.user), pk=pk)
         services.revoke_api_token(actor=request.user, token=token)
         messages.success(request, f"Revoked {token.name}. It stops working immediately.")
+        return redirect("accounts:token_list")
+
+
+class DefaultProjectView(GantryView):
+    """Settings: the project a bare MLflow experiment or model name means."""
+
+    permission_action = "authenticated"
+    http_method_names = ["post"]
+
+    def post(self, request):
+        form = DefaultProjectForm(data=request.POST, user=request.user)
+        if not form.is_valid():
+            messages.error(request, " ".join(form.errors.get("default_project", [])))
+            return redirect("accounts:token_list")
+        project = form.cleaned_data["default_project"]
+        services.set_default_project(actor=request.user, project=project)
+        messages.success(
+            request,
+            f"Bare MLflow names now mean {project}." if project else "No default project.",
+        )
         return redirect("accounts:token_list")
 
 

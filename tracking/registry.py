@@ -6,7 +6,8 @@ metrics and job as lineage), an alias a modelhub Alias: a version registered fro
 shows in the model hub, and one uploaded in Gantry answers to `MlflowClient`. What the
 hub has no room for (MLflow's key/value tags, a version's source URI and run) is kept
 here, beside it. Names are bare (`models:/digits/1` must parse): a name means a model of
-the caller's project (their token's, or their only one), or `tenant/project/name`.
+the caller's project (their token's, their default one, or their only one: access.
+home_project), or `tenant/project/name`; never a model of another project.
 """
 
 from __future__ import annotations
@@ -36,30 +37,25 @@ def _message(exc: ValidationError) -> str:
     return " ".join(exc.messages)
 
 
-def _project_and_name(caller: Caller, name) -> tuple[Project | None, str]:
+def _project_and_name(caller: Caller, name) -> tuple[Project, str]:
     name = text(name, "name", 200)
     project, bare = split_name(caller, name)
-    if project is None and caller.project_id is not None:
-        project = Project.objects.select_related("tenant").get(pk=caller.project_id)
+    if project is None:
+        project = project_of_caller(caller, "Registered model", name)
     return project, bare
 
 
 def get_model(caller: Caller, name, action: str = "model.view") -> RegisteredModel:
     project, bare = _project_and_name(caller, name)
     queryset = RegisteredModel.objects.visible_to(caller.user).select_related("project__tenant")
-    queryset = queryset.filter(name=bare, **({"project": project} if project else {}))
-    found = list(queryset[:2])
-    if len(found) > 1:
-        raise invalid(
-            f"Several of your projects have a model '{bare}': name it 'tenant/project/{bare}'."
-        )
-    if not found or not caller.can("model.view", found[0]):
+    found = queryset.filter(project=project, name=bare).first()
+    if found is None or not caller.can("model.view", found):
         raise not_found(f"Registered Model with name={name} not found")
-    if not caller.can(action, found[0]):
+    if not caller.can(action, found):
         raise MlflowError(
             f"You may not {action.split('.')[1]} model '{name}'.", "PERMISSION_DENIED"
         )
-    return found[0]
+    return found
 
 
 def get_version(caller: Caller, name, version, action: str = "model.view") -> ModelVersion:
@@ -78,8 +74,6 @@ def get_version(caller: Caller, name, version, action: str = "model.view") -> Mo
 
 def create_model(caller: Caller, name, tags=None, description="") -> RegisteredModel:
     project, bare = _project_and_name(caller, name)
-    if project is None:
-        project = project_of_caller(caller, f"Registered model '{name}'")
     if not caller.can("model.view", project):
         raise not_found(f"The project of model '{name}' does not exist.")
     if not caller.can("model.register", project):

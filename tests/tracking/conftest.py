@@ -14,6 +14,12 @@ from tests.jobs.conftest import job_settings, running_jobs  # noqa: F401 - jobs'
 @pytest.fixture
 def mlflow_env(live_server, monkeypatch):
     import mlflow
+    import mlflow.tracking.fluent
+
+    # set_experiment keeps its experiment in a global and in MLFLOW_EXPERIMENT_ID: both
+    # are undone after the test, whose database (and experiment ids) go with it.
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
 
     def use(token: str):
         monkeypatch.setenv("MLFLOW_TRACKING_URI", live_server.url)

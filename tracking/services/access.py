@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 
 from projects.models import Project
 from projects.permissions import can, visible_project_ids
@@ -39,22 +40,38 @@ class Caller:
         return getattr(self.token, "project_id", None)
 
 
-def project_of_caller(caller: Caller, purpose: str) -> Project:
-    """The one project a bare name or experiment "0" means: the token's, or the user's
-    only visible one."""
+def home_project(caller: Caller) -> Project | None:
+    """The project a bare name or experiment "0" means: the token's; else the user's
+    default project (Settings), while they still see it; else their only project."""
+    projects = Project.objects.select_related("tenant")
     if caller.project_id is not None:
-        return Project.objects.select_related("tenant").get(pk=caller.project_id)
+        return projects.get(pk=caller.project_id)
+    default_id = getattr(caller.user, "default_project_id", None)
+    if default_id is not None:
+        found = projects.visible_to(caller.user).filter(pk=default_id).first()
+        if found is not None:
+            return found
     ids = (
         list(Project.objects.values_list("pk", flat=True)[:2])
         if caller.user.is_superuser
         else visible_project_ids(caller.user)
     )
-    if len(ids) == 1:
-        return Project.objects.select_related("tenant").get(pk=ids[0])
-    raise MlflowError(
-        f"{purpose} names no project, and you have {'none' if not ids else 'several'}: "
-        "use a token limited to one project, or name the experiment 'tenant/project/name'.",
-        "RESOURCE_DOES_NOT_EXIST" if not ids else "INVALID_PARAMETER_VALUE",
+    return projects.get(pk=ids[0]) if len(ids) == 1 else None
+
+
+def project_of_caller(caller: Caller, kind: str, name: str) -> Project:
+    """`home_project`, or an error saying what to set: a bare name never falls through
+    to an object of another project."""
+    project = home_project(caller)
+    if project is not None:
+        return project
+    if not Project.objects.visible_to(caller.user).exists():
+        raise not_found(f"{kind} '{name}' names no project, and you have none.")
+    reach = "this token reaches" if caller.token is not None else "you reach"
+    raise invalid(
+        f"{kind} '{name}' names no project, and {reach} several. Choose your default "
+        f"project in Settings > API tokens ({reverse('accounts:token_list')}), use a token "
+        f"limited to one project, or name it 'tenant/project/{name}'."
     )
 
 
@@ -105,7 +122,7 @@ def visible(caller: Caller, queryset, action: str, obj_name: str, ident: str):
 def get_experiment(caller: Caller, experiment_id, action: str = "experiment.view") -> Experiment:
     ident = str(experiment_id if experiment_id is not None else "")
     if ident in ("0", ""):
-        experiment = default_experiment(project_of_caller(caller, "Experiment '0'"))
+        experiment = default_experiment(project_of_caller(caller, "Experiment", "0"))
         return visible(
             caller,
             Experiment.objects.filter(pk=experiment.pk).select_related("project__tenant"),
@@ -123,19 +140,12 @@ def get_experiment_by_name(caller: Caller, name: str) -> Experiment:
     if not isinstance(name, str) or not name:
         raise invalid("Missing value for required parameter 'experiment_name'.")
     project, bare = split_name(caller, name)
+    if project is None:
+        project = project_of_caller(caller, "Experiment", name)
     queryset = Experiment.objects.visible_to(caller.user).select_related("project__tenant")
-    if project is not None:
-        queryset = queryset.filter(project=project, name=bare)
-    elif caller.project_id is not None:
-        queryset = queryset.filter(project_id=caller.project_id, name=bare)
-    else:
-        found = list(queryset.filter(name=bare)[:2])
-        if len(found) > 1:
-            raise invalid(
-                f"Several of your projects have an experiment '{name}': "
-                "name it 'tenant/project/name'."
-            )
-    return visible(caller, queryset, "experiment.view", "Experiment", name)
+    return visible(
+        caller, queryset.filter(project=project, name=bare), "experiment.view", "Experiment", name
+    )
 
 
 def get_run(caller: Caller, run_id, action: str = "experiment.view") -> Run:

@@ -15,7 +15,7 @@ def create_experiment(caller: Caller, name, tags=None) -> Experiment:
     name = text(name, "name", 500)
     project, bare = split_name(caller, name)
     if project is None:
-        project = project_of_caller(caller, f"Experiment '{name}'")
+        project = project_of_caller(caller, "Experiment", name)
     if not caller.can("experiment.view", project):
         raise not_found(f"The project of experiment '{name}' does not exist.")
     if not caller.can("experiment.log", project):
