@@ -29,8 +29,14 @@ class SubscriptionSerializer(serializers.ModelSerializer):
     class Meta:
         model = Subscription
         fields = ["id", "project", "personal", "name", "channel", "url", "email", "events",
-                  "active", "created_at"]
-        read_only_fields = ["id", "created_at"]
+                  "active", "created_at", "email_confirmed_at"]
+        read_only_fields = ["id", "created_at", "email_confirmed_at"]
+        extra_kwargs = {
+            "email_confirmed_at": {
+                "help_text": "When the address said yes (the link mailed to it); nothing is "
+                "mailed to it before. Set at once for the requester's own address."
+            }
+        }
 
 
 class NewSubscriptionSerializer(SubscriptionSerializer):
@@ -44,7 +50,9 @@ class NewSubscriptionSerializer(SubscriptionSerializer):
 
 class SubscriptionUpdateSerializer(SubscriptionSerializer):
     class Meta(SubscriptionSerializer.Meta):
-        read_only_fields = ["id", "project", "personal", "channel", "created_at"]
+        read_only_fields = [
+            "id", "project", "personal", "channel", "created_at", "email_confirmed_at"
+        ]
 
 
 class DeliverySerializer(serializers.ModelSerializer):

@@ -178,6 +178,10 @@ def send(delivery: Delivery) -> int | None:
 
 
 def _send_email(delivery: Delivery) -> None:
+    if delivery.subscription.awaits_confirmation:
+        # Fan-out skips these; this also stops a test message, and a delivery queued
+        # before the address was changed to one not yet confirmed.
+        raise DeliveryError("the address is not confirmed yet", final=True)
     try:
         send_mail(
             subject=f"[Gantry] {delivery.payload.get('title', delivery.event)}",

@@ -74,6 +74,9 @@ class Subscription(models.Model):
     events = models.JSONField(default=list)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # An email subscription hears nothing until its address is confirmed: at once when it
+    # is its creator's own, else when someone follows the link mailed to it.
+    email_confirmed_at = models.DateTimeField(null=True, blank=True)
 
     objects = SubscriptionQuerySet.as_manager()
 
@@ -103,6 +106,10 @@ class Subscription(models.Model):
     @property
     def target(self) -> str:
         return self.email if self.channel == Channel.EMAIL else self.url
+
+    @property
+    def awaits_confirmation(self) -> bool:
+        return self.channel == Channel.EMAIL and self.email_confirmed_at is None
 
 
 class DeliveryState(models.TextChoices):

@@ -4,14 +4,18 @@ sending (called by views, the API and the tasks in tasks.py)."""
 from __future__ import annotations
 
 import secrets
+import smtplib
 from datetime import timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core import signing
 from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
 from django.core.validators import validate_email
 from django.db import transaction
 from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 
 from core import audit
@@ -99,7 +103,91 @@ def create_subscription(
             events=events,
         )
         audit.record(actor, "notification.create", subscription, tenant=subscription.tenant)
+        _confirm_or_ask(actor, subscription)
     return subscription, secret
+
+
+# --- confirming an address -------------------------------------------------------------
+# Anyone who may see a project's jobs can name an address to hear of them; the address's
+# owner says yes first, so nobody is mailed on someone else's say-so (Healthchecks and
+# GitHub confirm added addresses the same way).
+
+CONFIRM_SALT = "notifications.confirm-email"
+CONFIRM_DAYS = 7
+
+
+def _confirm_or_ask(actor, subscription: Subscription) -> None:
+    """Confirm an email subscription to its creator's own address at once; mail any other
+    address a link to confirm it (a mail that cannot go out rolls the change back)."""
+    if subscription.channel != Channel.EMAIL:
+        return
+    own = (actor.email or "").strip().casefold()
+    if own and subscription.email.strip().casefold() == own:
+        subscription.email_confirmed_at = timezone.now()
+        subscription.save(update_fields=["email_confirmed_at"])
+        return
+    subscription.email_confirmed_at = None
+    subscription.save(update_fields=["email_confirmed_at"])
+    token = signing.dumps({"s": subscription.pk, "e": subscription.email}, salt=CONFIRM_SALT)
+    link = settings.GANTRY_URL.rstrip("/") + reverse(
+        "notifications:subscription_confirm", args=[token]
+    )
+    about = f"jobs of {subscription.project}" if subscription.project_id else "jobs"
+    who = actor.get_full_name() or actor.username
+    try:
+        send_mail(
+            "[Gantry] Confirm notifications to this address",
+            f"{who} asked Gantry to email {subscription.email} about {about} "
+            f"(subscription “{subscription.name}”).\n\n"
+            f"Nothing is sent to this address unless you confirm, within {CONFIRM_DAYS} "
+            f"days:\n{link}\n\nIf you did not expect this, ignore this message.\n",
+            None,
+            [subscription.email],
+        )
+    except (OSError, smtplib.SMTPException) as exc:
+        raise ValidationError(
+            {"email": f"The confirmation mail could not be sent ({exc}); nothing was saved."}
+        ) from exc
+
+
+def subscription_to_confirm(token: str) -> Subscription:
+    """The subscription a confirmation link names, while its address is still the one the
+    link was mailed to; ValidationError saying why not otherwise."""
+    try:
+        data = signing.loads(token, salt=CONFIRM_SALT, max_age=timedelta(days=CONFIRM_DAYS))
+    except signing.SignatureExpired:
+        raise ValidationError(
+            f"This confirmation link is older than {CONFIRM_DAYS} days. Ask whoever "
+            "subscribed this address to save the subscription again for a new one."
+        ) from None
+    except signing.BadSignature:
+        raise ValidationError(
+            "This confirmation link is not valid. Check that it was copied whole."
+        ) from None
+    subscription = (
+        Subscription.objects.filter(pk=data.get("s"), channel=Channel.EMAIL)
+        .select_related("project", "created_by")
+        .first()
+    )
+    if subscription is None or subscription.email != data.get("e"):
+        raise ValidationError(
+            "This subscription was deleted or now mails another address: nothing to confirm."
+        )
+    return subscription
+
+
+@transaction.atomic
+def confirm_email(token: str) -> Subscription:
+    """Confirm the address a link was mailed to (following it twice is harmless)."""
+    subscription = subscription_to_confirm(token)
+    if subscription.email_confirmed_at is None:
+        subscription.email_confirmed_at = timezone.now()
+        subscription.save(update_fields=["email_confirmed_at"])
+        audit.record(
+            None, "notification.confirm", subscription,
+            tenant=subscription.tenant, email=subscription.email,
+        )
+    return subscription
 
 
 def require_manage(actor, subscription: Subscription) -> None:
@@ -121,6 +209,7 @@ def update_subscription(actor, subscription: Subscription, **fields) -> Subscrip
         if not (fields["name"] or "").strip():
             raise ValidationError({"name": "Give it a name."})
         subscription.name = fields["name"].strip()[:100]
+    email_before = subscription.email
     if "url" in fields or "email" in fields:
         subscription.url, subscription.email = _clean_target(
             subscription.channel,
@@ -129,8 +218,13 @@ def update_subscription(actor, subscription: Subscription, **fields) -> Subscrip
         )
     if "active" in fields:
         subscription.active = bool(fields["active"])
-    subscription.save()
-    audit.record(actor, "notification.change", subscription, tenant=subscription.tenant)
+    with transaction.atomic():
+        subscription.save()
+        audit.record(actor, "notification.change", subscription, tenant=subscription.tenant)
+        if subscription.email != email_before or (
+            "email" in fields and subscription.awaits_confirmation
+        ):
+            _confirm_or_ask(actor, subscription)
     return subscription
 
 
@@ -160,9 +254,11 @@ def waiting_minutes_of(project) -> int:
 
 
 def recipients(job, event: str) -> list[Subscription]:
-    """The active subscriptions that want `event` of `job` and whose owner may see it."""
+    """The active subscriptions that want `event` of `job` and whose owner may see it
+    (email ones once their address is confirmed)."""
     rows = (
         Subscription.objects.filter(active=True)
+        .exclude(channel=Channel.EMAIL, email_confirmed_at__isnull=True)
         .filter(
             Q(project_id=job.project_id)
             | Q(user__isnull=False, project__isnull=True, user_id=job.created_by_id)

@@ -26,6 +26,11 @@ urlpatterns = [
         name="subscription_delete",
     ),
     path(
+        "notifications/confirm/<str:token>/",
+        views.SubscriptionConfirmView.as_view(),
+        name="subscription_confirm",
+    ),
+    path(
         "notifications/<int:pk>/test/",
         views.SubscriptionTestView.as_view(),
         name="subscription_test",

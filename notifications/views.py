@@ -5,6 +5,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views import View
 
 from core.access import AUTHENTICATED, can, get_object_for_user
 from core.views import GantryView, ServiceFormView, apply_service_errors
@@ -203,3 +204,27 @@ class AlertSettingsView(ServiceFormView):
 
     def get_success_url(self, result):
         return reverse("notifications:project_subscriptions", args=[result.project_id])
+
+
+class SubscriptionConfirmView(View):
+    """The link mailed to an address someone subscribed: the signed link is the credential
+    (the address's owner may have no account). Opening it asks; the button confirms, so a
+    mail scanner that follows links confirms nothing."""
+
+    template_name = "notifications/subscription_confirm.html"
+
+    def get(self, request, token):
+        try:
+            subscription = services.subscription_to_confirm(token)
+        except ValidationError as exc:
+            return render(request, self.template_name, {"error": " ".join(exc.messages)}, status=400)
+        return render(request, self.template_name, {"subscription": subscription})
+
+    def post(self, request, token):
+        try:
+            subscription = services.confirm_email(token)
+        except ValidationError as exc:
+            return render(request, self.template_name, {"error": " ".join(exc.messages)}, status=400)
+        return render(
+            request, self.template_name, {"subscription": subscription, "confirmed": True}
+        )

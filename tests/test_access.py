@@ -37,6 +37,9 @@ PUBLIC = {"login", "logout", "api-schema", "api-docs", "healthz"}
 PUBLIC |= {"oidc_authentication_init", "oidc_authentication_callback", "oidc_logout"}
 # An invitation's emailed link: its secret is the credential (tests/accounts/test_invitations.py).
 PUBLIC |= {"accounts:invitation_accept"}
+# The link mailed to an address someone subscribed: its signature is the credential, the
+# address's owner may have no account (tests/notifications/test_email.py).
+PUBLIC |= {"notifications:subscription_confirm"}
 # Pages that only answer 200 with something running behind them: the walk checks that
 # signed-out users are sent to log in and outsiders get 404; the named test file covers
 # the allowed side against the real thing.

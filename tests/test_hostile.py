@@ -1470,6 +1470,8 @@ NOT_FORMS = {
     "images:image_delete": "a button: nothing inside to confirm",
     "notifications:subscription_delete": "a button",
     "notifications:subscription_test": "a button: sends a test message",
+    "notifications:subscription_confirm": "a button; tests/notifications/test_email.py: "
+    "tampered and stale links confirm nothing",
     "modelhub:version_add": "test_uploaded_file_names_cannot_place_files_outside_their_folder",
     "checkpoints:checkpoint_resume": "a button",
     "checkpoints:checkpoint_register": "a button (the model name is the job's; hostile names: "
