@@ -67,6 +67,19 @@ def describe_returncode(rc: int) -> str:
     return text
 
 
+# What setpriv (the sandbox's last step, executor/sandbox.py) prints when the command
+# itself cannot be executed; it then exits 127 (not found) or 126.
+EXEC_FAILED = "setpriv: failed to execute "
+
+
+def _exec_reason(failure: str) -> str:
+    """A job's reason from setpriv's complaint: "command not found: pyhton" for a typo."""
+    name, _, why = failure.rpartition(": ")
+    if why == "No such file or directory":
+        return f"command not found: {name}"
+    return f"cannot run {name}: {why}" if name else f"cannot run the command: {failure}"
+
+
 def exit_code_for(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
@@ -105,6 +118,8 @@ class Runner:
         self._stop_reason: str | None = None
         self._finished = threading.Event()
         self.proc: subprocess.Popen[bytes] | None = None
+        # "pyhton: No such file or directory" when the sandbox could not exec the command.
+        self._exec_failure: str | None = None
         self.preempt_file = os.path.join(self.state_dir, "preempt")
         self.metrics_file = os.path.join(self.state_dir, f"metrics-w{cfg.worker}.jsonl")
         self.relay: mlflow_relay.Relay | None = None
@@ -313,11 +328,10 @@ class Runner:
             )
         except OSError as exc:
             self.log(f"cannot start command {command[0]!r}: {exc}")
-            raise Ended(
-                "failed",
-                f"cannot start command {command[0]!r}: {exc.strerror or exc}",
-                EXIT_CANNOT_START,
-            ) from exc
+            reason = f"cannot start command {command[0]!r}: {exc.strerror or exc}"
+            if isinstance(exc, FileNotFoundError):
+                reason = f"command not found: {command[0]}"
+            raise Ended("failed", reason, EXIT_CANNOT_START) from exc
         self.proc = proc
         return proc
 
@@ -413,6 +427,8 @@ class Runner:
                 reason += f"; killed with SIGKILL after {_fmt_seconds(grace)} s grace"
             else:
                 reason += f"; process {desc}"
+        elif rc in (126, 127) and self._exec_failure:
+            outcome, reason = "failed", _exec_reason(self._exec_failure)
         elif rc == 0:
             outcome, reason = "succeeded", desc
         else:
@@ -556,6 +572,8 @@ class Runner:
                     text = text[:-1]
                     if text.endswith("\r"):
                         text = text[:-1]
+                if stream == "stderr" and self._exec_failure is None and text.startswith(EXEC_FAILED):
+                    self._exec_failure = text[len(EXEC_FAILED):]
                 add({"stream": stream, "ts": time.time(), "text": text})
         except (OSError, ValueError) as exc:
             log_stderr(f"error reading child {stream}: {exc}")

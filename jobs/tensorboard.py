@@ -10,7 +10,9 @@ The server parses files the job's code wrote, so it is treated as the job's code
 runs `tensorboard_server.py` in a bubblewrap sandbox of its own, as the job's user, with
 no network (``--unshare-net``: loopback only), seeing the logdir read-only at /logs and
 nothing of Gantry, other jobs or the host beyond /usr, the interpreter and a few /etc
-files. It listens on a Unix socket in a directory only that user may enter (the origin,
+files. While the job runs, it runs in the cgroup of rank 0's command and counts in the
+job's limits; for a finished job it gets a cgroup of its own held to the job's memory,
+CPUs and processes (jobs/backends/sandbox.py: in_job_cgroup, in_own_cgroup). It listens on a Unix socket in a directory only that user may enter (the origin,
 root, connects to it as to a notebook's: `proxy.open_notebook_socket` checks the owner).
 Gantry never imports tensorboard: it is a subprocess under GANTRY_TENSORBOARD_PYTHON.
 
@@ -74,18 +76,37 @@ def logdir(job) -> Path | None:
 
 
 def has_event_files(job) -> bool:
-    """Whether the job's logdir holds a TensorBoard event file (symlinks not followed)."""
+    """Whether the job's logdir holds a TensorBoard event file. Gantry reads the job's
+    folder by descriptor, one folder at a time with O_NOFOLLOW: a folder the job swaps
+    for a link while it is scanned is refused, never followed (executor/safefs.py)."""
     root = logdir(job)
     if root is None:
         return False
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        pending = [os.open(root, flags)]
+    except OSError:
+        return False
     seen = 0
-    for _dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".gantry"]
-        if any(EVENT_MARK in name for name in filenames):
-            return True
-        seen += len(dirnames) + len(filenames)
-        if seen > SCAN_LIMIT:
-            return False
+    try:
+        while pending:
+            fd = pending.pop()
+            try:
+                for entry in os.scandir(fd):
+                    seen += 1
+                    if seen > SCAN_LIMIT:
+                        return False
+                    if not entry.is_dir(follow_symlinks=False):
+                        if EVENT_MARK in entry.name:
+                            return True
+                    elif entry.name != ".gantry":
+                        with contextlib.suppress(OSError):  # a link now: not entered
+                            pending.append(os.open(entry.name, flags, dir_fd=fd))
+            finally:
+                os.close(fd)
+    finally:
+        for fd in pending:
+            os.close(fd)
     return False
 
 
@@ -147,7 +168,7 @@ def start(job, root: Path, rundir: Path, uid: int) -> int | None:
         python = settings.GANTRY_TENSORBOARD_PYTHON or sys.executable
         with open(rundir.parent / f"{job.pk}.log", "ab") as log:
             process = subprocess.Popen(
-                server_argv(job, python, root, rundir, uid),
+                limited(job, server_argv(job, python, root, rundir, uid)),
                 cwd=rundir,
                 env=_environment(),
                 stdin=subprocess.DEVNULL,
@@ -158,6 +179,17 @@ def start(job, root: Path, rundir: Path, uid: int) -> int | None:
             )
         pidfile.write_text(json.dumps({"pid": process.pid, "start": process_start_time(process.pid)}))
         return process.pid
+
+
+def limited(job, argv: list[str]) -> list[str]:
+    """`argv` held to the job's limits: in rank 0's cgroup while its command runs, else in
+    a cgroup of its own with the same limits."""
+    from jobs.models import JobWorker
+
+    worker = JobWorker.objects.filter(job=job, rank=0).first()
+    if worker is not None and process_matches(worker.child_pid, worker.child_start_time):
+        return sandbox.in_job_cgroup(worker.child_pid, argv)
+    return sandbox.in_own_cgroup(job, "tensorboard", argv)
 
 
 def _environment() -> dict[str, str]:

@@ -215,7 +215,7 @@ def test_command_not_found(server: FakeGantry, tmp_path: Path) -> None:
     assert code == 127, err
     final = server.final_status()
     assert final is not None and final["outcome"] == "failed"
-    assert "cannot start command" in final["reason"]
+    assert final["reason"] == "command not found: /nonexistent/binary-xyz"
 
 
 def test_metrics_from_child(server: FakeGantry, tmp_path: Path) -> None:

@@ -299,3 +299,31 @@ def test_a_bad_network_namespace_spec_is_refused():
     ):
         with pytest.raises(SandboxError, match=words):
             parse_spec(json.dumps({**SPEC, **extra}))
+
+
+def test_a_typo_in_a_sandboxed_command_reads_command_not_found(tmp_path):
+    # setpriv, the sandbox's last step, execs the command: its complaint is what the job's
+    # reason is made from ("command not found: pyhton", not "exited with code 127").
+    from executor.runner import EXEC_FAILED, _exec_reason
+
+    service_required("bubblewrap run as root", shutil.which("bwrap") and os.geteuid() == 0)
+    workdir = tmp_path / "w"
+    (workdir / ".gantry").mkdir(parents=True)
+    metrics = workdir / ".gantry" / "metrics-w0.jsonl"
+    metrics.touch()
+    prepare_workdir(str(workdir), str(workdir / ".gantry"), str(metrics), 200009, 200009, None)
+    spec = {**SPEC, "uid": 200009, "gid": 200009, "devices": [], "read_only": []}
+    argv = bwrap_argv(
+        parse_spec(json.dumps(spec)),
+        ["pyhton", "train.py"],
+        workdir=str(workdir),
+        state_dir=str(workdir / ".gantry"),
+        metrics_file=str(metrics),
+        executor_package=os.path.dirname(os.path.abspath(__import__("executor").__file__)),
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin"})
+    assert done.returncode == 127
+    line = done.stderr.splitlines()[0]
+    assert line.startswith(EXEC_FAILED)
+    assert _exec_reason(line[len(EXEC_FAILED):]) == "command not found: pyhton"
+    assert _exec_reason("train.sh: Permission denied") == "cannot run train.sh: Permission denied"
