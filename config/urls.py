@@ -8,6 +8,10 @@ from config.api import router
 from config.views import HomeView
 from core.api import api_not_found
 from core.views import AuditEventListView, healthz
+from tracking.api.server_info import server_info
+
+# MLflow 3's capability answer, which its client reads before uploading artifacts.
+mlflow_v3_patterns = [path("mlflow/server-info", server_info, name="mlflow-server-info")]
 
 api_patterns = [
     path("v1/executor/", include("jobs.executor_api")),
@@ -17,6 +21,7 @@ api_patterns = [
     path("v1/", include("config.api_urls")),
     # The MLflow-compatible tracking API (tracking/): MLflow's own paths and answers.
     path("2.0/", include("tracking.urls")),
+    path("3.0/", include(mlflow_v3_patterns)),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # The split view serves Swagger UI's start-up script as a file: no inline script for CSP.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
@@ -32,6 +37,7 @@ urlpatterns = [
     # MLflow serves its REST API under /ajax-api/2.0/ too (its UI and the ajax-only reads,
     # e.g. get-history-bulk-interval): the same views, the same token auth.
     path("ajax-api/2.0/", include("tracking.urls")),
+    path("ajax-api/3.0/", include(mlflow_v3_patterns)),
     path("", HomeView.as_view(), name="home"),
     path("healthz", healthz, name="healthz"),
     path("audit/", AuditEventListView.as_view(), name="audit_list"),
