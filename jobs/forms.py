@@ -10,7 +10,7 @@ from datasets.models import DatasetVersion
 from images.models import RuntimeImage
 from images.services import images_for_job
 from jobs.models import JobKind
-from snapshots.models import CodeSnapshot, SnapshotState
+from snapshots.forms import CodeSnapshotField
 
 
 class ModelInputs:
@@ -24,16 +24,6 @@ class ModelInputs:
 
 def offer_model_inputs(choices, entry, version_of) -> None:
     ModelInputs.choices, ModelInputs.entry, ModelInputs.version_of = choices, entry, version_of
-
-
-def snapshot_label(snapshot: CodeSnapshot) -> str:
-    git = f", git {snapshot.short_commit}" if snapshot.git_commit else ""
-    dirty = " (dirty)" if snapshot.git_dirty else ""
-    when = snapshot.created_at.strftime("%Y-%m-%d %H:%M")
-    return (
-        f"Code #{snapshot.pk}: {snapshot.file_count} file{'s' if snapshot.file_count != 1 else ''}, "
-        f"{format_size(snapshot.size)}{git}{dirty}, {when}"
-    )
 
 
 def dataset_version_label(version: DatasetVersion) -> str:
@@ -101,14 +91,7 @@ class NotebookJobForm(forms.Form):
     gpus = forms.IntegerField(min_value=0, initial=0, label="GPUs")
     cpus = forms.IntegerField(min_value=1, initial=1, label="CPUs")
     memory_mb = forms.IntegerField(min_value=16, initial=2048, label="Memory (MiB)")
-    code_snapshot = forms.ModelChoiceField(
-        queryset=None,
-        required=False,
-        label="Code",
-        empty_label="None (the command needs nothing uploaded)",
-        help_text="Staged read-only into the job's working directory before the command "
-        "starts: upload a folder, or pick an earlier upload.",
-    )
+    code_snapshot = CodeSnapshotField()
     dataset_versions = forms.ModelMultipleChoiceField(
         queryset=None,
         required=False,
@@ -138,17 +121,12 @@ class NotebookJobForm(forms.Form):
     def _inputs_fields(self, user, project) -> None:
         """Code and inputs: only what the user can see, of this project (code) or its
         tenant (datasets, models)."""
-        code, datasets = self.fields["code_snapshot"], self.fields["dataset_versions"]
-        model = self.fields["model_version"]
+        self.fields["code_snapshot"].offer(user, project)
+        datasets, model = self.fields["dataset_versions"], self.fields["model_version"]
         if user is None or project is None:
-            code.queryset = CodeSnapshot.objects.none()
             datasets.queryset = DatasetVersion.objects.none()
             del self.fields["model_version"]
             return
-        code.queryset = CodeSnapshot.objects.visible_to(user).filter(
-            project=project, state=SnapshotState.READY
-        )
-        code.label_from_instance = snapshot_label
         datasets.queryset = (
             DatasetVersion.objects.visible_to(user)
             .filter(dataset__project__tenant_id=project.tenant_id)

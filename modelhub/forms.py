@@ -85,7 +85,7 @@ class PredictForm(forms.Form):
     )
 
     def __init__(self, *args, images, snapshots=None, **kwargs):
-        from jobs.forms import snapshot_label
+        from snapshots.forms import snapshot_label
 
         super().__init__(*args, **kwargs)
         self.fields["image"].queryset = images

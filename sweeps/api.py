@@ -1,7 +1,9 @@
 """The sweeps API: thin serializers and a viewset over sweeps.services.
 
 POST /api/v1/sweeps/ takes {"project": id, "source": "<YAML or JSON text>"} or
-{"project": id, "spec": {...the same document as an object...}}: one format, the page's."""
+{"project": id, "spec": {...the same document as an object...}}: one format, the page's.
+An optional "code_snapshot" (a ready snapshot of the project, as /api/v1/snapshots/ makes
+and `gantry sweep start` sends) is staged in every trial, over the template's own."""
 
 import json
 
@@ -58,6 +60,12 @@ class SweepCreateSerializer(serializers.Serializer):
     project = VisibleRelatedField(queryset=Project.objects.all())
     source = serializers.CharField(required=False, max_length=64 * 1024, trim_whitespace=False)
     spec = serializers.DictField(required=False)
+    code_snapshot = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="A ready code snapshot of the project (POST /api/v1/snapshots/), staged in "
+        "every trial's working directory; it replaces template.code_snapshot.",
+    )
 
     def validate(self, attrs):
         if ("source" in attrs) == ("spec" in attrs):
@@ -98,7 +106,9 @@ class SweepViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.Rea
         project = get_object_for_user(
             request.user, Project, "sweep.create", token=token_of(request), pk=data["project"].pk
         )
-        sweep = services.create_sweep(request.user, project, data["source"])
+        sweep = services.create_sweep(
+            request.user, project, data["source"], code_snapshot=data.get("code_snapshot")
+        )
         return Response(SweepDetailSerializer(sweep).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses=SweepDetailSerializer)

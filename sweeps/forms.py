@@ -1,5 +1,7 @@
 from django import forms
 
+from snapshots.forms import CodeSnapshotField
+
 EXAMPLE = """name: digits
 objective: {metric: val_accuracy, direction: maximize}
 template:
@@ -18,6 +20,11 @@ parallelism: 2
 
 
 class SweepForm(forms.Form):
+    code_snapshot = CodeSnapshotField(
+        help_text="Staged into every trial's working directory, over any code_snapshot the "
+        "sweep names. The sample runs examples/train_digits.py: upload the examples/ folder "
+        "of Gantry's repository (it arrives as examples/), or pick an earlier upload of it."
+    )
     source = forms.CharField(
         label="Sweep (YAML or JSON)",
         widget=forms.Textarea(attrs={"rows": 20, "class": "font-monospace", "spellcheck": "false"}),
@@ -30,3 +37,7 @@ class SweepForm(forms.Form):
             "parameters as --name value and GANTRY_PARAM_<NAME>."
         ),
     )
+
+    def __init__(self, *args, user=None, project=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["code_snapshot"].offer(user, project)

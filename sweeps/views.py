@@ -22,21 +22,34 @@ class SweepListView(ObjectListView):
         return super().get_queryset().select_related("project__tenant").order_by("-created_at", "-pk")
 
     def get_extra_context(self):
-        # Where the "New sweep" button may lead: the projects the user may start one in.
-        projects = restrict(Project.objects.all(), self.request.user, "sweep.create")
-        return {"create_in": list(projects.select_related("tenant").order_by("tenant__name", "name")[:50])}
+        # Where the "New sweep" button may lead: the projects the user may start one in
+        # (`restrict` is what they can see; the role decides whether they may create).
+        user = self.request.user
+        projects = restrict(Project.objects.all(), user, "sweep.create").select_related("tenant")
+        return {
+            "create_in": [
+                p for p in projects.order_by("tenant__name", "name")[:50] if can(user, "sweep.create", p)
+            ]
+        }
 
 
 class SweepCreateView(ServiceFormView):
     model = Project
     permission_action = "sweep.create"
     form_class = SweepForm
+    template_name = "sweeps/sweep_form.html"
     title = "New sweep"
     submit_label = "Start sweep"
     success_message = "Started {object}."
 
+    def get_form_kwargs(self, project):
+        return {"user": self.request.user, "project": project}
+
     def perform(self, form, project):
-        return services.create_sweep(self.request.user, project, form.cleaned_data["source"])
+        data = form.cleaned_data
+        return services.create_sweep(
+            self.request.user, project, data["source"], code_snapshot=data["code_snapshot"]
+        )
 
 
 class StopForm(forms.Form):

@@ -11,7 +11,6 @@ over the snapshot limits); 3 not signed in or the token refused; 4 not found; 5 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -22,7 +21,6 @@ from gantry_cli import datasets_cmd, models_cmd, sdk, shell, snapshot, spec
 from gantry_cli.sdk import Gantry, GantryError
 from gantry_cli.sweep import app as sweep_app
 from gantry_cli.ui import (
-    Bar,
     JsonFlag,
     connect,
     err,
@@ -129,20 +127,6 @@ def _image_id(g: Gantry, image: str) -> int:
     fail(f"no image {image!r} (images you can use: {names})", sdk.EXIT_NOT_FOUND)
 
 
-def _snapshot(g: Gantry, project: int, directory: Path, ignore: list[str], quiet: bool):
-    tree = snapshot.collect(directory, ignore)
-    snapshot.check_limits(
-        tree,
-        int(os.environ.get("GANTRY_SNAPSHOT_MAX_FILES", 20000)),
-        float(os.environ.get("GANTRY_SNAPSHOT_MAX_MB", 200)),
-    )
-    snapshot.hash_files(tree)
-    git = snapshot.git_state(directory)
-    with Bar("uploading code", enabled=not quiet) as bar:
-        uploaded = snapshot.upload(g, project, tree, git, progress=bar)
-    return uploaded
-
-
 def job_exit_code(end: dict) -> int:
     if end["state"] == "succeeded":
         return 0
@@ -214,16 +198,12 @@ def run(
         if job_spec.get("image"):
             job_spec["image"] = _image_id(g, job_spec["image"])
         ignore = job_spec.pop("ignore", [])
-        uploaded = _snapshot(g, project_id, directory, ignore, quiet=as_json)
+        uploaded = snapshot.send_folder(g, project_id, directory, ignore, quiet=as_json)
         job = g.jobs.submit(project_id, code_snapshot=uploaded.snapshot["id"], **job_spec)
         if as_json:
             print_json({"snapshot": uploaded.summary(), "job": job})
         else:
-            sent = uploaded.blobs_sent
-            err.print(
-                f"code: snapshot {uploaded.snapshot['id']}, {uploaded.files} files, "
-                f"{sent} new ({snapshot.human_size(uploaded.bytes_sent)} sent)"
-            )
+            err.print(uploaded.line())
             out.print(f"job {job['id']} {job['state']}: {g.url}{job.get('url', '')}")
         if follow:
             raise typer.Exit(stream(g, job["id"], to_stderr=as_json))

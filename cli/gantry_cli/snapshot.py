@@ -24,6 +24,7 @@ from pathlib import Path
 import pathspec
 
 from gantry_cli.sdk import Gantry, GantryError
+from gantry_cli.ui import Bar
 
 ALWAYS_SKIPPED = {".git", ".gantry"}
 IGNORE_FILES = (".gitignore", ".gantryignore")
@@ -288,6 +289,13 @@ class Uploaded:
             "git": self.snapshot.get("git"),
         }
 
+    def line(self) -> str:
+        """What `run` and `sweep start` say on stderr about the code they sent."""
+        return (
+            f"code: snapshot {self.snapshot['id']}, {self.files} files, "
+            f"{self.blobs_sent} new ({human_size(self.bytes_sent)} sent)"
+        )
+
 
 def upload(
     g: Gantry,
@@ -344,3 +352,18 @@ def upload(
     return Uploaded(
         snapshot, len(tree.files), len(by_hash), sent, requests, len(batches), len(alone)
     )
+
+
+def send_folder(g: Gantry, project: int, directory: Path, ignore: list[str] | None = None,
+                quiet: bool = False) -> Uploaded:  # fmt: skip
+    """`directory` as a code snapshot of `project` (git's ignore rules plus `ignore`), over
+    the limits named by GANTRY_SNAPSHOT_MAX_FILES / _MB: what `run` and `sweep start` send."""
+    tree = collect(directory, ignore or [])
+    check_limits(
+        tree,
+        int(os.environ.get("GANTRY_SNAPSHOT_MAX_FILES", 20000)),
+        float(os.environ.get("GANTRY_SNAPSHOT_MAX_MB", 200)),
+    )
+    hash_files(tree)
+    with Bar("uploading code", enabled=not quiet) as bar:
+        return upload(g, project, tree, git_state(directory), progress=bar)

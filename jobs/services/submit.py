@@ -41,13 +41,10 @@ def pin_image(actor, project, image, backend, spec: dict[str, Any]) -> str:
     return resolve_for_job(image)
 
 
-@transaction.atomic
-def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **spec) -> Job:
-    """Queue a job in `project`; admission picks it up within seconds.
-
-    With `image` (an images.RuntimeImage) the job runs in it, pinned to the digest its
-    tag resolves to now (`pin_image`).
-    """
+def check_submission(actor, project, *, image=None, **spec) -> tuple[dict[str, Any], str | None]:
+    """Everything `submit_job` checks, creating nothing: the cleaned spec (inputs pinned to
+    versions, the code snapshot looked up) and the image's digest. Raises ValidationError
+    keyed by field. Sweeps call it to refuse a template before any trial runs."""
     require(actor, "job.submit", project)
     backend = get_backend()
     digest = pin_image(actor, project, image, backend, spec) if image is not None else None
@@ -66,10 +63,21 @@ def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **
     refusal = getattr(backend, "submit_problem", lambda project: None)(project)
     if refusal:
         raise ValidationError(refusal)
+    return clean, digest
+
+
+@transaction.atomic
+def submit_job(actor, project, *, cloned_from: Job | None = None, image=None, **spec) -> Job:
+    """Queue a job in `project`; admission picks it up within seconds.
+
+    With `image` (an images.RuntimeImage) the job runs in it, pinned to the digest its
+    tag resolves to now (`pin_image`).
+    """
+    clean, digest = check_submission(actor, project, image=image, **spec)
     job = Job.objects.create(
         project=project,
         created_by=actor,
-        backend=backend.name,
+        backend=get_backend().name,
         state=JobState.QUEUED,
         state_reason="waiting for admission",
         cloned_from=cloned_from,

@@ -82,3 +82,23 @@ def gantry_cli(tmp_path, write_token):
         )
 
     return run
+
+
+@pytest.fixture
+def live_gantry(live_server, write_token, tmp_path, settings):
+    """The CLI against Django's live server over the test database (no qcluster: a test
+    plays what the worker would do): live_gantry(*args, cwd=...) -> CompletedProcess."""
+    settings.GANTRY_LOCAL_CPUS = 8
+    settings.GANTRY_LOCAL_MEMORY_MB = 8192
+
+    def run(*args: str, cwd=None):
+        return subprocess.run(
+            gantry_command(*args),
+            cwd=cwd or tmp_path,
+            env=cli_env(live_server.url, write_token, tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+        )
+
+    return run

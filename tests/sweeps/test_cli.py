@@ -34,7 +34,7 @@ def gantry(live_server, owner, tmp_path, monkeypatch, settings):
 def test_start_show_and_stop_a_sweep_from_a_yaml_file(gantry, project, tmp_path):
     path = tmp_path / "sweep.yml"
     path.write_text("\n".join(f"{key}: {json.dumps(value)}" for key, value in DOC.items()))
-    code, stdout, stderr = gantry("sweep", "start", str(path), "--project", "vision")
+    code, stdout, stderr = gantry("sweep", "start", str(path), "--project", "vision", "--dir", str(tmp_path))
     assert code == 0, stderr
     sweep = Sweep.objects.get()
     assert f"sweep #{sweep.pk} digits: running" in stdout
@@ -48,7 +48,7 @@ def test_start_show_and_stop_a_sweep_from_a_yaml_file(gantry, project, tmp_path)
 def test_a_bad_file_exits_6_naming_the_field_and_creates_nothing(gantry, project, tmp_path):
     path = tmp_path / "sweep.yml"
     path.write_text(json.dumps({**DOC, "sampler": "bayes"}))
-    code, _, stderr = gantry("sweep", "start", str(path), "-p", str(project.pk))
+    code, _, stderr = gantry("sweep", "start", str(path), "-p", str(project.pk), "--no-code")
     assert code == 6, stderr
     assert "sampler: one of random, grid, tpe, cmaes" in stderr
     assert not Sweep.objects.exists()

@@ -95,3 +95,106 @@ def test_the_api_refuses_a_bad_space_with_the_field_and_a_viewer_with_403(api_fo
     response = api_for(member).post("/api/v1/sweeps/", {"project": project.pk, "spec": DOC}, format="json")
     assert response.status_code == 403
     assert not Sweep.objects.exists()
+
+
+def test_the_new_sweep_form_runs_its_sample_on_code_uploaded_for_it(client_for, owner, project, settings):
+    """The page's own sample names examples/train_digits.py: with the examples/ folder picked
+    as code (the form's upload box, or an earlier upload), every trial's job gets that code."""
+    from sweeps.forms import EXAMPLE
+    from tests.snapshots.builders import make_snapshot
+
+    settings.GANTRY_LOCAL_CPUS = 8
+    settings.GANTRY_LOCAL_MEMORY_MB = 8192
+    code = make_snapshot(owner, project, {"examples/train_digits.py": b"print('digits')\n"})
+    client = client_for(owner)
+    page = client.get(f"/projects/{project.pk}/sweeps/new/").content.decode()
+    assert 'id="code-upload"' in page and f'data-project="{project.pk}"' in page
+    assert "snapshots/code_upload.js" in page
+    assert f'<option value="{code.pk}">Code #{code.pk}: 1 file' in page
+
+    response = client.post(f"/projects/{project.pk}/sweeps/new/", {"source": EXAMPLE, "code_snapshot": code.pk})
+    sweep = Sweep.objects.get()
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert sweep.template["code_snapshot"] == code.pk
+    control_sweep(sweep.pk)
+    jobs = [t.job for t in sweep.trials.select_related("job")]
+    assert len(jobs) == 2, sweep.state_reason
+    assert {(j.command, j.code_snapshot_id) for j in jobs} == {("python examples/train_digits.py", code.pk)}
+
+
+def test_the_form_refuses_code_of_another_project_and_creates_nothing(client_for, owner, project, other_project, outsider):
+    from sweeps.forms import EXAMPLE
+    from tests.snapshots.builders import make_snapshot
+
+    theirs = make_snapshot(outsider, other_project, {"examples/train_digits.py": b"print('x')\n"})
+    response = client_for(owner).post(
+        f"/projects/{project.pk}/sweeps/new/", {"source": EXAMPLE, "code_snapshot": theirs.pk}
+    )
+    assert response.status_code == 400
+    assert "Select a valid choice" in response.content.decode()
+    assert not Sweep.objects.exists()
+
+
+def test_a_template_that_could_never_submit_is_refused_at_create_naming_the_field(
+    api_for, client_for, owner, project, other_project, outsider, settings
+):
+    """Snapshot, inputs and image are checked as a job's submit checks them, before any
+    trial: 400 naming the template's field, no sweep and no job."""
+    from jobs.models import Job
+    from tests.snapshots.builders import make_snapshot
+
+    settings.GANTRY_LOCAL_CPUS = 8
+    theirs = make_snapshot(outsider, other_project, {"train.py": b"print(1)\n"})
+    api = api_for(owner)
+    cases = {
+        "template.code_snapshot": {"code_snapshot": theirs.pk},
+        "template.inputs": {"inputs": [{"dataset_version": 999_999}]},
+        "template.image": {"image": 999_999},
+    }
+    for field, change in cases.items():
+        spec = {**DOC, "template": {**DOC["template"], **change}}
+        response = api.post("/api/v1/sweeps/", {"project": project.pk, "spec": spec}, format="json")
+        assert response.status_code == 400, (field, response.json())
+        assert response.json()["template"][0].startswith(f"{field}:"), response.json()
+    # The top-level code_snapshot (what `gantry sweep start` sends) is checked the same way.
+    response = api.post(
+        "/api/v1/sweeps/", {"project": project.pk, "spec": DOC, "code_snapshot": theirs.pk}, format="json"
+    )
+    assert response.json() == {"template": [f"template.code_snapshot: No such code snapshot: {theirs.pk}."]}
+    # The page says the same above the form.
+    source = "\n".join(f"{key}: {json.dumps(value)}" for key, value in DOC.items())
+    source = source.replace('"memory_mb": 256', '"memory_mb": 256, "inputs": [{"dataset_version": 999999}]')
+    page = client_for(owner).post(f"/projects/{project.pk}/sweeps/new/", {"source": source})
+    assert page.status_code == 400 and "template.inputs:" in page.content.decode()
+    assert not Sweep.objects.exists() and not Job.objects.exists()
+
+
+def test_the_api_takes_code_snapshot_and_pins_dataset_inputs_for_every_trial(api_for, owner, project, settings):
+    from datasets.services import catalog
+    from tests.datasets.builders import upload_files
+    from tests.snapshots.builders import make_snapshot
+
+    settings.GANTRY_LOCAL_CPUS = 8
+    code = make_snapshot(owner, project, {"train.py": b"print(1)\n"})
+    dataset = catalog.create_dataset(owner, project, name="Digits", slug="digits")
+    first = upload_files(owner, dataset, {"train.csv": b"a\n1\n"}).version
+    spec = {**DOC, "template": {**DOC["template"], "inputs": [{"dataset": "digits"}]}}
+    created = api_for(owner).post(
+        "/api/v1/sweeps/", {"project": project.pk, "spec": spec, "code_snapshot": code.pk}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    template = created.json()["template"]
+    assert template["code_snapshot"] == code.pk
+    assert template["inputs"][0]["dataset_version"] == first.pk
+    upload_files(owner, dataset, {"more.csv": b"b\n2\n"})  # a newer version: trials keep the first
+    control_sweep(created.json()["id"])
+    sweep = Sweep.objects.get()
+    assert {t.job.inputs[0]["dataset_version"] for t in sweep.trials.select_related("job")} == {first.pk}
+
+
+def test_the_empty_list_offers_the_new_sweep_button_it_talks_about(client_for, owner, member, project):
+    page = client_for(owner).get("/sweeps/").content.decode()
+    assert f'href="/projects/{project.pk}/sweeps/new/"' in page
+    assert "New sweep in Vision" in page
+    page = client_for(member).get("/sweeps/").content.decode()
+    assert "sweeps/new/" not in page and "needs the developer role" in page
