@@ -2,8 +2,10 @@
 
 The upload protocol (the browser page and `gantry datasets push`, cli/gantry_cli/transfer.py,
 speak it):
-1. POST /uploads/ {dataset, files: [{path, size, sha256?}], parent?, remove?}
-   -> the session with, per file, its id, part_count and the parts already held.
+1. POST /uploads/ {dataset, files: [{path, size, sha256?}], parent?, remove?, exact?}
+   -> the session with, per file, its id, part_count and the parts already held; or 409
+   {code: "unchanged", version} when every file is its parent's (by sha256) and nothing
+   is removed: no session, no new version.
 2. Per part of part_size bytes (the last one shorter):
    - filesystem: PUT /uploads/{id}/part/?file=F&number=N, raw bytes, header
      X-Part-Sha256 (hex) — the server checks size and sha256 before keeping it;
@@ -103,7 +105,14 @@ class UploadStartSerializer(serializers.Serializer):
     files = UploadFileInSerializer(many=True, allow_empty=True)
     parent = serializers.CharField(required=False, default="latest")
     remove = serializers.ListField(
-        child=serializers.CharField(trim_whitespace=False), required=False
+        child=serializers.CharField(trim_whitespace=False),
+        required=False,
+        help_text="Files or folders of the parent the new version drops.",
+    )
+    exact = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="The new version holds exactly `files`: the parent's other files are dropped.",
     )
     message = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
@@ -393,14 +402,21 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
         dataset = get_object_for_user(
             request.user, Dataset, "dataset.create", token=token_of(request), pk=data["dataset"]
         )
-        session = uploads.start_upload(
-            request.user,
-            dataset,
-            files=[dict(f) for f in data["files"]],
-            parent=data.get("parent", "latest"),
-            remove=data.get("remove", []),
-            message=data.get("message", ""),
-        )
+        try:
+            session = uploads.start_upload(
+                request.user,
+                dataset,
+                files=[dict(f) for f in data["files"]],
+                parent=data.get("parent", "latest"),
+                remove=data.get("remove", []),
+                exact=data["exact"],
+                message=data.get("message", ""),
+            )
+        except uploads.NothingChanged as exc:
+            # Not an error of the request's shape: the version it asks for exists already.
+            body = {"detail": exc.message, "code": "unchanged", "version": exc.parent.pk,
+                    "number": exc.parent.number}  # fmt: skip
+            return Response(body, status=status.HTTP_409_CONFLICT)
         return Response(uploads.upload_status(session), status=status.HTTP_201_CREATED)
 
     @extend_schema(responses=UploadStatusSerializer)

@@ -76,16 +76,30 @@ def versions(
 
 @app.command()
 def push(
-    folder: Annotated[Path, typer.Argument(help="A folder (its layout is kept) or a file")],
+    folder: Annotated[
+        Path, typer.Argument(help="A folder (its contents become the version's top level) or a file")
+    ],
     dataset: Annotated[str, typer.Option("--dataset", "-d", help="id or slug")],
     project: Annotated[str | None, typer.Option("--project", "-p", help="to create it in")] = None,
     create: Annotated[bool, typer.Option(help="Create the dataset when it does not exist")] = False,
     message: Annotated[str, typer.Option("--message", "-m")] = "",
+    exact: Annotated[
+        bool, typer.Option("--exact", help="The new version is exactly the folder: files not in it are dropped")
+    ] = False,
+    remove: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--remove", help="Drop this file or folder of the latest version, and do not send the "
+            "folder's own (repeatable)"
+        ),
+    ] = None,
     resume: Annotated[int | None, typer.Option(help="An upload id to continue")] = None,
     parallel: Annotated[int, typer.Option(min=1, max=32, help="Parts sent at once")] = 4,
     as_json: JsonFlag = False,
 ) -> None:
-    """Upload a folder as a new version. Run it again after an interruption: it resumes."""
+    """Upload a folder as a new version on top of the latest (its files added or replaced;
+    --remove / --exact drop others). Run it again after an interruption: it resumes. A
+    folder that changes nothing makes no version."""
     g = connect()
     with errors_as_exit_codes():
         target = _dataset_for_push(g, dataset, project, create)
@@ -98,10 +112,12 @@ def push(
         with Bar("uploading", enabled=not as_json) as bar:
             status = g.datasets.push(
                 target, folder, message=message, resume=resume, workers=parallel,
-                progress=bar, on_session=announce,
+                progress=bar, on_session=announce, exact=exact, remove=remove or [],
             )  # fmt: skip
     if as_json:
         print_json(status)
+    elif status.get("unchanged"):
+        out.print(f"{status['detail']} No new version made.")
     else:
         out.print(f"committed upload {status['id']} as version {status['version']} "
                   f"({status['parts_sent']} parts sent)")  # fmt: skip

@@ -284,10 +284,16 @@ class Datasets(Resource):
     def files(self, version_id: int) -> list:
         return self.client.pages("dataset-files/", {"version": version_id})
 
-    def start_upload(self, dataset_id: int, files: list[dict], message: str = "") -> dict:
-        return self.client.json(
-            "POST", "uploads/", json={"dataset": dataset_id, "files": files, "message": message}
-        )
+    def start_upload(self, dataset_id: int, files: list[dict], message: str = "",
+                     exact: bool = False, remove: list[str] | tuple = ()) -> dict:  # fmt: skip
+        """Opens an upload on top of the latest version; `remove` drops its files or
+        folders, `exact` every file not in `files`. 409 (code "unchanged"): nothing would change."""
+        body = {"dataset": dataset_id, "files": files, "message": message}
+        if exact:
+            body["exact"] = True
+        if remove:
+            body["remove"] = list(remove)
+        return self.client.json("POST", "uploads/", json=body)
 
     def upload(self, upload_id: int) -> dict:
         return self.client.json("GET", f"uploads/{int(upload_id)}/")

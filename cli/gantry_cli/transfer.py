@@ -60,9 +60,11 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _fingerprint(files: dict[str, Path]) -> list:
-    """What must not have changed for a remembered session to be resumed."""
-    return [[rel, p.stat().st_size, p.stat().st_mtime_ns] for rel, p in files.items()]
+def _fingerprint(files: dict[str, Path], options: dict | None = None) -> list:
+    """What must not have changed for a remembered session to be resumed: the files and
+    the push's options (--exact, --remove)."""
+    listed = [[rel, p.stat().st_size, p.stat().st_mtime_ns] for rel, p in files.items()]
+    return [*listed, options] if options else listed
 
 
 class Remembered:
@@ -72,16 +74,16 @@ class Remembered:
         key = hashlib.sha256(f"{url}|{dataset}|{folder.resolve()}".encode()).hexdigest()[:24]
         self.path = state_dir() / f"{key}.json"
 
-    def load(self, files: dict[str, Path]) -> int | None:
+    def load(self, files: dict[str, Path], options: dict | None = None) -> int | None:
         try:
             data = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return None
-        return data.get("upload") if data.get("files") == _fingerprint(files) else None
+        return data.get("upload") if data.get("files") == _fingerprint(files, options) else None
 
-    def save(self, upload: int, files: dict[str, Path]) -> None:
+    def save(self, upload: int, files: dict[str, Path], options: dict | None = None) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.path.write_text(json.dumps({"upload": upload, "files": _fingerprint(files)}))
+        self.path.write_text(json.dumps({"upload": upload, "files": _fingerprint(files, options)}))
 
     def forget(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -167,14 +169,23 @@ def _send_parts(datasets: Datasets, session: dict, files: dict[str, Path], worke
 
 def push_folder(datasets: Datasets, dataset: int, folder: Path, message: str = "",
                 resume: int | None = None, workers: int = 4, progress: Progress | None = None,
-                on_session: Callable[[dict, bool], None] | None = None) -> dict:  # fmt: skip
+                on_session: Callable[[dict, bool], None] | None = None, exact: bool = False,
+                remove: list[str] | tuple = ()) -> dict:  # fmt: skip
     """A new version of `dataset` from `folder`, resumed where an earlier push stopped.
 
-    Returns the committed session ({"id", "version", "files", ...} plus "parts_sent" and
-    "resumed")."""
-    files = collect(folder)
+    The folder's files are added to the latest version (replacing those at the same
+    paths); `remove` drops files or folders of it; with `exact` the new version holds the
+    folder's files and nothing else. The folder's files under a removed path are not sent.
+    Returns the committed session ({"id", "version",
+    "files", ...} plus "parts_sent" and "resumed"), or {"unchanged": True, "version",
+    "number", "detail"} when the latest version already holds exactly that: nothing is
+    created."""
+    # What is removed is not sent again from the folder either.
+    files = {rel: p for rel, p in collect(folder).items()
+             if not any(rel == r or rel.startswith(r.rstrip("/") + "/") for r in remove)}  # fmt: skip
+    options = {"exact": exact, "remove": sorted(remove)} if exact or remove else None
     memory = Remembered(datasets.client.url, dataset, folder)
-    resume = resume or memory.load(files)
+    resume = resume or memory.load(files, options)
     session = None
     if resume:
         try:
@@ -188,8 +199,15 @@ def push_folder(datasets: Datasets, dataset: int, folder: Path, message: str = "
     if session is None:
         listed = [{"path": rel, "size": p.stat().st_size, "sha256": file_sha256(p)}
                   for rel, p in files.items()]  # fmt: skip
-        session = datasets.start_upload(dataset, listed, message)
-        memory.save(session["id"], files)
+        try:
+            session = datasets.start_upload(dataset, listed, message, exact=exact, remove=remove)
+        except GantryError as exc:
+            if exc.status == 409 and isinstance(exc.body, dict) and exc.body.get("code") == "unchanged":
+                memory.forget()
+                return {"unchanged": True, "version": exc.body["version"],
+                        "number": exc.body["number"], "detail": str(exc)}  # fmt: skip
+            raise
+        memory.save(session["id"], files, options)
     if on_session:
         on_session(session, resumed)
     sent = 0

@@ -47,21 +47,59 @@ def _part_size(sizes: list[int]) -> int:
     return max(base, math.ceil(need / mib) * mib)
 
 
+class NothingChanged(ValidationError):
+    """The upload would make a version with exactly the files of its parent."""
+
+    def __init__(self, parent):
+        self.parent = parent
+        super().__init__(
+            f"Nothing changed: version {parent.number} already holds exactly these files.",
+            code="unchanged",
+        )
+
+
+def _removed(parent, parent_paths: dict[str, str], remove: list[str], exact: bool,
+              listed: dict) -> list[str]:  # fmt: skip
+    """The parent's paths the new version drops: each of `remove` is a file or a folder of
+    the parent; with `exact`, every path the upload does not list."""
+    dropped: set[str] = set()
+    for path in remove:
+        inside = {p for p in parent_paths if p == path or p.startswith(path + "/")}
+        if not inside:
+            raise ValidationError(
+                {"remove": f"{path!r} is neither a file nor a folder of version {parent.number}."}
+            )
+        dropped |= inside
+    if exact:
+        dropped |= set(parent_paths) - set(listed)
+    return sorted(dropped)
+
+
 def start_upload(
-    actor, dataset: Dataset, *, files: list, parent="latest", remove=(), message: str = ""
+    actor,
+    dataset: Dataset,
+    *,
+    files: list,
+    parent="latest",
+    remove=(),
+    exact: bool = False,
+    message: str = "",
 ) -> UploadSession:
     """Open an upload: the files to add (path, size and, optionally, sha256) on top of
-    `parent` (default: the latest version), and paths of the parent to drop.
+    `parent` (default: the latest version), and files or folders of the parent to drop;
+    with `exact`, the new version holds the listed files and nothing else.
 
     A file whose sha256 is already held by a version in the same tenant is linked
     without uploading it (never across tenants: that would tell who holds what).
+    An upload that would change nothing (every file listed with the sha256 its parent
+    holds at that path, nothing dropped) raises NothingChanged and opens nothing.
     The quota is checked here, before a byte moves, and the bytes are reserved.
     """
     require(actor, "dataset.create", dataset)
     parent = parent_for(dataset, parent)
     if not isinstance(files, list) or not isinstance(remove, list | tuple):
         raise ValidationError("files and remove are lists.")
-    if not files and not remove:
+    if not files and not remove and not exact:
         raise ValidationError({"files": "Add at least one file (or remove one)."})
     if len(files) > MAX_UPLOAD_FILES:
         raise ValidationError({"files": f"At most {MAX_UPLOAD_FILES} files per upload."})
@@ -85,6 +123,14 @@ def start_upload(
     remove = [clean_path(p) for p in remove]
     if parent is None and remove:
         raise ValidationError({"remove": "There is no parent version to remove files from."})
+    parent_paths = dict(parent.files.values_list("path", "blob_id")) if parent is not None else {}
+    remove = _removed(parent, parent_paths, remove, exact, cleaned) if parent is not None else []
+    if not cleaned and not remove:
+        raise ValidationError({"files": "Add at least one file (or remove one)."})
+    if parent is not None and not remove and all(
+        sha is not None and parent_paths.get(path) == sha for path, (_, sha) in cleaned.items()
+    ):
+        raise NothingChanged(parent)
     check_tree(cleaned)
 
     tenant = dataset.project.tenant

@@ -95,3 +95,48 @@ def test_upload_page_sends_two_files_and_commits(
     assert version.dataset_id == dataset.pk and version.file_count == 2
     assert {f.path: f.size for f in version.files.all()} == {n: len(d) for n, d in files.items()}
     assert version.message == "two files from the browser"
+
+
+def test_a_chosen_folder_is_the_versions_top_level_as_push_lays_it_out(
+    asgi_server,  # noqa: F811
+    commit_worker,
+    settings,
+    tmp_path,
+    owner,
+    project,
+):
+    """Choosing `digits_csv/` gives train.csv and sub/notes.txt, not digits_csv/train.csv:
+    the layout `gantry datasets push digits_csv` makes (tests/cli/test_datasets_push.py)."""
+    if os.environ.get("GANTRY_STORAGE", "filesystem") != "filesystem":
+        pytest.skip("the browser test drives the filesystem backend's chunked endpoint")
+    from playwright.sync_api import expect
+
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "data" / "files"},
+        },
+    }
+    dataset = catalog.create_dataset(owner, project, name="Digits", slug="digits")
+    folder = tmp_path / "pick" / "digits_csv"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "train.csv").write_bytes(b"a,b\n1,2\n")
+    (folder / "sub" / "notes.txt").write_bytes(b"hello\n")
+    client = Client()
+    client.force_login(owner)
+
+    with chromium() as browser:
+        context = browser.new_context()
+        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": asgi_server}])
+        page = context.new_page()
+        page.goto(f"{asgi_server}/datasets/{dataset.pk}/upload/")
+        page.set_input_files('[data-role="pick-folder"]', str(folder))
+        expect(page.locator('[data-role="files"] tr')).to_have_count(2)
+        expect(page.locator('[data-role="files"]')).to_contain_text("sub/notes.txt")
+        page.locator('[data-role="start"]').click()
+        expect(page).to_have_url(re.compile(r"/dataset-versions/\d+/$"))
+        context.close()
+
+    version = dataset.versions.get()
+    assert sorted(version.files.values_list("path", flat=True)) == ["sub/notes.txt", "train.csv"]

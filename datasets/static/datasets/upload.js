@@ -19,12 +19,15 @@
   let busy = false;
 
   // --- picking files ------------------------------------------------------------------
+  // A folder you choose (or drop alone) is the version's top level, as `gantry datasets
+  // push DIR` makes it: digits_csv/train.csv arrives as train.csv. Folders dropped beside
+  // other things keep their names.
   function add(file, path) {
     // NFKC: the server keeps names so, and answers with them.
     path = (path || file.webkitRelativePath || file.name).replace(/^\/+/, "").normalize("NFKC");
     picked.set(path, file);
   }
-  function readEntry(entry, prefix) {
+  function readEntry(entry, prefix, asRoot) {
     return new Promise((resolve) => {
       if (entry.isFile) {
         entry.file((f) => { add(f, prefix + entry.name); resolve(); }, () => resolve());
@@ -33,7 +36,8 @@
         const all = [];
         const more = () => reader.readEntries((batch) => {
           if (!batch.length) {
-            Promise.all(all.map((e) => readEntry(e, `${prefix}${entry.name}/`))).then(resolve);
+            const inner = asRoot ? "" : `${prefix}${entry.name}/`;
+            Promise.all(all.map((e) => readEntry(e, inner))).then(resolve);
           } else { all.push(...batch); more(); }
         }, () => resolve());
         more();
@@ -47,13 +51,17 @@
     e.preventDefault();
     drop.classList.remove("bg-body-tertiary");
     const entries = [...e.dataTransfer.items].map((i) => i.webkitGetAsEntry && i.webkitGetAsEntry()).filter(Boolean);
-    if (entries.length) await Promise.all(entries.map((en) => readEntry(en, "")));
+    if (entries.length === 1 && entries[0].isDirectory) await readEntry(entries[0], "", true);
+    else if (entries.length) await Promise.all(entries.map((en) => readEntry(en, "")));
     else [...e.dataTransfer.files].forEach((f) => add(f));
     render();
   });
-  for (const role of ["pick-files", "pick-folder"]) {
-    $(role).addEventListener("change", (e) => { [...e.target.files].forEach((f) => add(f)); e.target.value = ""; render(); });
-  }
+  $("pick-files").addEventListener("change", (e) => { [...e.target.files].forEach((f) => add(f, f.name)); e.target.value = ""; render(); });
+  $("pick-folder").addEventListener("change", (e) => {
+    // webkitRelativePath starts with the chosen folder's own name: drop it.
+    [...e.target.files].forEach((f) => add(f, f.webkitRelativePath.split("/").slice(1).join("/") || f.name));
+    e.target.value = ""; render();
+  });
   $("clear").addEventListener("click", () => { if (!busy) { picked = new Map(); render(); } });
 
   // The one size rule (core/formatting.py), from gantry.js: the version page says the same.
@@ -230,7 +238,7 @@
       await upload();
       await commit();
     } catch (err) {
-      status(err.message, "danger");
+      status(err.message, err.status === 409 ? "info" : "danger"); // 409: nothing changed
     } finally {
       busy = false; $("start").disabled = !picked.size;
     }
