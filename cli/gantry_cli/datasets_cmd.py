@@ -17,6 +17,7 @@ from gantry_cli.ui import (
     err,
     errors_as_exit_codes,
     fail,
+    human_size,
     out,
     print_json,
     table,
@@ -69,8 +70,10 @@ def versions(
     if as_json:
         print_json(rows)
         return
+    for row in rows:
+        row["size"] = human_size(row["total_size"])
     columns = [("ID", "id"), ("NUMBER", "number"), ("FILES", "file_count"),
-               ("BYTES", "total_size"), ("MESSAGE", "message"), ("CREATED", "created_at")]  # fmt: skip
+               ("SIZE", "size"), ("MESSAGE", "message"), ("CREATED", "created_at")]  # fmt: skip
     table(rows, columns, "No versions yet.")
 
 

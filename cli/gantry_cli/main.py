@@ -232,13 +232,31 @@ def ps(
         project_id = g.project_id(project) if project else None
         user = g.me()["username"] if mine else None
         jobs = g.jobs.list(project=project_id, state=state, user=user, limit=limit)
+        names = project_names(g.projects()) if jobs and not as_json else {}
     if as_json:
         print_json(jobs)
         return
+    for job in jobs:
+        job["project_name"] = names.get(job["project"], job["project"])
     columns = [("ID", "id"), ("NAME", "name"), ("STATE", "state"), ("GPUS", "gpus"),
-               ("PROJECT", "project"), ("BY", "created_by"), ("CREATED", "created_at"),
+               ("PROJECT", "project_name"), ("BY", "created_by"), ("CREATED", "created_at"),
                ("QUEUE", "queue_position")]  # fmt: skip
-    table(jobs, columns, "No jobs yet: `gantry run -- python train.py` starts one.")
+    filters = [f"--{name} {value}" for name, value in (("project", project), ("state", state))
+               if value] + (["--mine"] if mine else [])  # fmt: skip
+    empty = (f"No jobs match {' '.join(filters)}." if filters
+             else "No jobs yet: `gantry run -- python train.py` starts one.")  # fmt: skip
+    table(jobs, columns, empty)
+
+
+def project_names(projects: list[dict]) -> dict[int, str]:
+    """Project id -> its name, as `tenant/name` where another visible project shares it."""
+    seen: dict[str, int] = {}
+    for p in projects:
+        seen[p["name"]] = seen.get(p["name"], 0) + 1
+    return {
+        p["id"]: p["name"] if seen[p["name"]] == 1 else f"{p.get('tenant_slug')}/{p['name']}"
+        for p in projects
+    }
 
 
 @app.command()

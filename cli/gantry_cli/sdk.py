@@ -105,9 +105,13 @@ def error_message(response: httpx.Response) -> tuple[str, Any]:
             return str(body["detail"]), body
         parts = []
         for field, problems in body.items():
-            if isinstance(problems, list):
-                problems = "; ".join(str(p) for p in problems)
-            parts.append(f"{field}: {problems}")
+            texts = [str(p) for p in (problems if isinstance(problems, list) else [problems])]
+            # A message that names its field already ("parameters.lr: ...") or belongs to
+            # none ("non_field_errors") reads best as it is.
+            plain = field in ("non_field_errors", "__all__") or all(
+                t.startswith((f"{field}:", f"{field}.")) for t in texts
+            )
+            parts.append("; ".join(texts) if plain else f"{field}: {'; '.join(texts)}")
         return ", ".join(parts), body
     if isinstance(body, list):
         return "; ".join(str(p) for p in body), body

@@ -24,7 +24,7 @@ from pathlib import Path
 import pathspec
 
 from gantry_cli.sdk import Gantry, GantryError
-from gantry_cli.ui import Bar
+from gantry_cli.ui import Bar, human_size
 
 ALWAYS_SKIPPED = {".git", ".gantry"}
 IGNORE_FILES = (".gitignore", ".gantryignore")
@@ -57,15 +57,6 @@ class Tree:
 
 class TooBig(GantryError):
     exit_code = 2
-
-
-def human_size(n: float) -> str:
-    """Binary units with one decimal, as Gantry's pages write sizes."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _spec_of(folder: Path) -> pathspec.GitIgnoreSpec | None:

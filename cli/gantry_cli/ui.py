@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -72,6 +73,29 @@ def table(rows: list[dict], columns: list[tuple[str, str]], empty: str) -> None:
     for row in rows:
         view.add_row(*(display(row.get(key)) for _, key in columns))
     out.print(view)
+
+
+SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_size(n: float) -> str:
+    """Bytes as Gantry's pages write them (core/formatting.py `format_size`): binary units,
+    one decimal (rounded half up) above 1 KiB; "1.0 MiB", never "1024.0 KiB"."""
+
+    def tenths(x: float) -> float:
+        return math.floor(x * 10 + 0.5) / 10
+
+    sign, size = ("-" if n < 0 else ""), abs(float(n))
+    if size < 1024:
+        return f"{sign}{math.floor(size + 0.5)} B"
+    unit = 0
+    while size >= 1024 and unit < len(SIZE_UNITS) - 1:
+        size /= 1024
+        unit += 1
+    if tenths(size) >= 1024 and unit < len(SIZE_UNITS) - 1:
+        size /= 1024
+        unit += 1
+    return f"{sign}{tenths(size):.1f} {SIZE_UNITS[unit]}"
 
 
 def display(value: Any) -> str:
