@@ -58,5 +58,6 @@ urlpatterns = [
     path("", include("sweeps.urls")),
     path("", include("checkpoints.urls")),
     path("", include("telemetry.urls")),
+    path("", include("tracking.page_urls")),
     path("admin/", admin.site.urls),
 ]

@@ -29,6 +29,7 @@ from tests.checkpoints.builders import access_objects as checkpoint_objects
 from tests.datasets.builders import access_objects as dataset_objects
 from tests.modelhub.builders import access_objects
 from tests.sweeps.builders import access_objects as sweep_objects
+from tests.tracking.builders import access_objects as tracking_objects
 
 ROLES = ["owner", "member", "outsider"]
 # Views anyone may reach, signed in or not.
@@ -101,6 +102,7 @@ def _objects(tenant, project, owner, member):
         **dataset_objects(tenant, project, owner),
         **checkpoint_objects(owner, project),
         **sweep_objects(tenant, project, owner),
+        **tracking_objects(project, owner),
     }
 
 

@@ -13,6 +13,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 
 from jobs.models import Job
 from modelhub.models import ModelVersion, RegisteredModel
@@ -75,6 +76,9 @@ class Experiment(models.Model):
 
     def __str__(self):
         return f"{self.project}/{self.name}"
+
+    def get_absolute_url(self):
+        return reverse("tracking:experiment_detail", args=[self.pk])
 
     @property
     def tenant(self):
@@ -150,6 +154,9 @@ class Run(InExperiment, models.Model):
 
     def __str__(self):
         return self.run_id
+
+    def get_absolute_url(self):
+        return reverse("tracking:run_detail", args=[self.pk])
 
     @property
     def artifact_uri(self) -> str:
