@@ -39,3 +39,17 @@ document.addEventListener("htmx:beforeRequest", (event) => {
   const el = event.detail.elt;
   if (el && el.querySelector && el.querySelector(".modal.show")) event.preventDefault();
 });
+// MLflow's client prints "View run at <tracking URI>/#/experiments/<id>/runs/<run id>": a
+// route of MLflow's own UI, after the '#', which never reaches the server. Opened on
+// Gantry's home page (the tracking URI), it goes on to the experiment's page, which
+// sends `?run=` on to the run's. Signed out, the sign-in form carries it as its `next`.
+(function () {
+  const route = /^#\/experiments\/(\d{1,18})(?:\/runs\/([0-9A-Za-z-]{1,64}))?\/?$/.exec(location.hash);
+  const body = document.body;
+  if (!route || !body.dataset.experimentUrl) return;
+  let target = body.dataset.experimentUrl.replace(/0\/$/, `${route[1]}/`);
+  if (route[2]) target += `?run=${encodeURIComponent(route[2])}`;
+  const next = document.querySelector("form input[name=next]");
+  if (location.pathname === body.dataset.home) location.replace(target);
+  else if (next && (next.value === body.dataset.home || next.value === "")) next.value = target;
+})();
