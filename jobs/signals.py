@@ -1,12 +1,6 @@
-"""What jobs asks of the apps above it, without importing them (jobs never imports
-scheduling or cluster): Django signals whose receivers answer.
-
-* `submit_check(project, spec, backend)`: sent before a job is queued. A receiver returns
-  None, or (form field, message) when a job of this shape can never start (larger than
-  every node or than the tenant's quota); the first answer refuses the submit.
-* `tenant_limits(tenant)`: a receiver returns the tenant's hard limits as a dict
-  (`gpus`, `cpus`, `memory_mb`; None = no limit), or None when the tenant has none. The
-  Kubernetes backend turns them into the namespace's ResourceQuota.
+"""What jobs tells the apps above it after the fact, without importing them: Django
+signals any app may hear. (What jobs asks of those apps — could a job ever start, a
+tenant's limits — is declared in `core.registry`, not answered by signals.)
 
 * `job_transitioned(job, event)`: sent after the transaction that moved a job to a new
   state commits (`jobs.states.transition`); `event` is the JobEvent (from_state,
@@ -19,23 +13,11 @@ scheduling or cluster): Django signals whose receivers answer.
 * `metrics_reported(job, names)`: sent after a batch of new metric points commits; `names`
   is the set of metric names in it. Sweeps listen (a trial's objective feeds the pruner).
 
-Scheduling connects its receivers in `SchedulingConfig.ready`. Jobs tell scheduling that
-the queue changed through a task name (`jobs.tasks.kick` queues
-"scheduling.tasks.admit_and_launch"), not an import.
+Receivers connect in their app's `AppConfig.ready` (notifications, sweeps).
 """
 
 from django.dispatch import Signal
 
-submit_check = Signal()
-tenant_limits = Signal()
 job_transitioned = Signal()
 job_alert = Signal()
 metrics_reported = Signal()
-
-
-def first_answer(signal: Signal, **kwargs):
-    """The first receiver's answer that is not None, or None."""
-    for _receiver, answer in signal.send(sender=None, **kwargs):
-        if answer is not None:
-            return answer
-    return None

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
+from core import registry
 from core.schedules import register_minute_schedules
 from jobs.backends import get_backend
 from jobs.models import Job
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 SCHEDULES = {
     # name: (function, minutes between runs)
-    "jobs: admit and launch": ("scheduling.tasks.admit_and_launch", 1),
+    "jobs: admit and launch": ("jobs.tasks.admit_and_launch", 1),
     "jobs: reconcile": ("jobs.tasks.reconcile", 1),
     "jobs: clean up workdirs": ("jobs.tasks.cleanup", 60),
 }
@@ -53,11 +54,15 @@ def kick() -> None:
     try:
         if settings.REDIS_URL and not cache.add(KICK_PENDING, 1, timeout=30):
             return
-        async_task(
-            "scheduling.tasks.admit_and_launch", kicked=True, task_name="jobs: admit and launch (kick)"
-        )
+        async_task(admit_and_launch, kicked=True, task_name="jobs: admit and launch (kick)")
     except Exception:  # the broker being down must not break the request that kicked
         logger.warning("could not queue an admission pass", exc_info=True)
+
+
+def admit_and_launch(kicked: bool = False) -> dict:
+    """Admit what fits, then start every admitted job's executors. Who fits is scheduling's
+    business (above jobs): it provides the pass, `core.registry.admit_and_launch`."""
+    return registry.admit_and_launch(kicked=kicked)
 
 
 def launch_admitted() -> int:

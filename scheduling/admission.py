@@ -390,14 +390,9 @@ def never_runs(project, spec: dict, backend=None) -> tuple[str, str] | None:
     return _field_of(wait.message), in_words(wait.code, wait.message)
 
 
-def never_runs_receiver(sender, project, spec: dict, backend=None, **kwargs):
-    """`jobs.signals.submit_check`: jobs asks before it queues a job."""
-    return never_runs(project, spec, backend)
-
-
-def tenant_limits_receiver(sender, tenant, **kwargs) -> dict | None:
-    """`jobs.signals.tenant_limits`: a tenant's hard limits (the Kubernetes backend's
-    ResourceQuota), or None when it has no quota row."""
+def tenant_limits(tenant) -> dict | None:
+    """A tenant's hard limits (the Kubernetes backend's ResourceQuota, asked through
+    `core.registry.tenant_limits`), or None when it has no quota row."""
     quota = TenantQuota.objects.filter(tenant=tenant).first()
     if quota is None:
         return None

@@ -7,10 +7,12 @@ class SchedulingConfig(AppConfig):
 
     def ready(self):
         # Jobs asks, at submit, whether a job of this shape could ever start, and the
-        # Kubernetes backend asks a tenant's limits: the answers need quotas and the
-        # policy, which live here (jobs never imports scheduling).
-        from jobs.signals import submit_check, tenant_limits
-        from scheduling.admission import never_runs_receiver, tenant_limits_receiver
+        # Kubernetes backend asks a tenant's limits; jobs' task runs the admission pass.
+        # The answers need quotas and the policy, which live here (jobs never imports
+        # scheduling): declared in core.registry.
+        from core import registry
+        from scheduling import admission, tasks
 
-        submit_check.connect(never_runs_receiver, dispatch_uid="scheduling.never_runs")
-        tenant_limits.connect(tenant_limits_receiver, dispatch_uid="scheduling.tenant_limits")
+        registry.never_runs.register(admission.never_runs)
+        registry.tenant_limits.register(admission.tenant_limits)
+        registry.admit_and_launch.register(tasks.admit_and_launch)

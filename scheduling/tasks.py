@@ -1,6 +1,7 @@
-"""Scheduling's background work (django-q2). Jobs queue it by name: `jobs.tasks.kick`
-queues "scheduling.tasks.admit_and_launch" after a submit or when capacity was freed, and
-the minute schedule (`jobs.tasks.SCHEDULES`) names it too."""
+"""Scheduling's background work (django-q2). The admission pass runs as jobs' task
+`jobs.tasks.admit_and_launch` (every minute, and queued by `jobs.tasks.kick` after a submit
+or when capacity was freed), which calls this through `core.registry.admit_and_launch`
+(registered in scheduling/apps.py)."""
 
 from __future__ import annotations
 

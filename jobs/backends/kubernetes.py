@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.utils import timezone
 
+from core import registry
 from jobs.backends import k8s_manifests as m
 from jobs.backends.base import Backend, Capacity, Gpu, WorkerProbe
 from jobs.backends.k8s_client import (
@@ -111,10 +112,8 @@ def manifest_config(ref: ClusterRef) -> m.ManifestConfig:
 
 
 def quota_spec(tenant) -> m.QuotaSpec | None:
-    """The tenant's limits as scheduling answers them (jobs.signals.tenant_limits)."""
-    from jobs.signals import first_answer, tenant_limits
-
-    limits = first_answer(tenant_limits, tenant=tenant)
+    """The tenant's limits as scheduling answers them (core.registry.tenant_limits)."""
+    limits = registry.tenant_limits(tenant)
     if limits is None:
         return None
     return m.QuotaSpec(gpus=limits["gpus"], cpus=limits["cpus"], memory_mb=limits["memory_mb"])

@@ -10,12 +10,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from core import audit
+from core import audit, registry
 from images.services import check_image_for_project, resolve_for_job
 from jobs.backends import get_backend
 from jobs.models import Job, JobEvent, JobImage, JobWorker
 from jobs.services.validation import SPEC_FIELDS, validate_spec
-from jobs.signals import first_answer, submit_check
 from jobs.states import JobState
 from projects.permissions import require
 
@@ -57,7 +56,7 @@ def check_submission(actor, project, *, image=None, **spec) -> tuple[dict[str, A
     from snapshots.services import snapshot_for_job
 
     clean["code_snapshot"] = snapshot_for_job(actor, project, clean["code_snapshot"])
-    never = first_answer(submit_check, project=project, spec=clean, backend=backend)
+    never = registry.never_runs(project, clean, backend)
     if never:
         raise ValidationError({never[0]: never[1]})
     refusal = getattr(backend, "submit_problem", lambda project: None)(project)
