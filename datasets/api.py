@@ -394,7 +394,12 @@ class UploadSessionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, view
         except (TypeError, ValueError):
             raise serializers.ValidationError({"file": "A file id is required."}) from None
 
-    @extend_schema(request=UploadStartSerializer, responses={201: UploadStatusSerializer})
+    @extend_schema(
+        request=UploadStartSerializer,
+        responses={201: UploadStatusSerializer, 409: OpenApiTypes.OBJECT},
+        description="409 {detail, code: unchanged, version, number}: the version it would make "
+        "exists already (every file its parent's by sha256, nothing removed); nothing is created.",
+    )
     def create(self, request, *args, **kwargs):
         body = UploadStartSerializer(data=request.data)
         body.is_valid(raise_exception=True)

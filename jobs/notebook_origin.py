@@ -39,7 +39,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.http.cookie import parse_cookie
 
-from jobs import proxy
+from jobs import proxy, tensorboard
 from jobs.proxy_consumers import NotebookProxyConsumer
 
 logger = logging.getLogger(__name__)
@@ -455,6 +455,8 @@ async def _lifespan(receive, send):
         elif message["type"] == "lifespan.shutdown":
             for client in list(_clients.values()):
                 await client.aclose()
+            # The TensorBoards this origin started go with it (jobs/tensorboard.py).
+            await asyncio.to_thread(tensorboard.stop_servers)
             return await send({"type": "lifespan.shutdown.complete"})
 
 

@@ -18,7 +18,8 @@ Gantry never imports tensorboard: it is a subprocess under GANTRY_TENSORBOARD_PY
 
 It is started on demand by the first request that finds it down (the origin then shows
 "starting" and reloads), and stops itself after GANTRY_TENSORBOARD_IDLE_MINUTES without
-a request. Kubernetes jobs have no local logdir, so no TensorBoard here.
+a request, or when the origin shuts down (`stop_servers`: nothing Gantry started outlives
+`manage.py serve`). Kubernetes jobs have no local logdir, so no TensorBoard here.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -190,6 +193,50 @@ def limited(job, argv: list[str]) -> list[str]:
     if worker is not None and process_matches(worker.child_pid, worker.child_start_time):
         return sandbox.in_job_cgroup(worker.child_pid, argv)
     return sandbox.in_own_cgroup(job, "tensorboard", argv)
+
+
+def stop_servers(grace: float = 3.0) -> int:
+    """Stop every TensorBoard server started on this machine (its pid file names it) and
+    every process under it, SIGKILL after `grace` seconds what did not stop; the number
+    of servers stopped. Sandboxed, the server's python runs in a PID namespace and a
+    session of its own under bwrap, so the tree is found by parent, not by group."""
+    victims: list[tuple[int, int]] = []
+    servers = 0
+    for pidfile in (Path(settings.GANTRY_JOBS_DIR) / "_tensorboard").glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            known = json.loads(pidfile.read_text())
+            if process_matches(known["pid"], known["start"]):
+                servers += 1
+                victims += [(pid, process_start_time(pid)) for pid in _tree(known["pid"])]
+            pidfile.unlink()
+    for pid, _ in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while any(process_matches(*v) for v in victims) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid, start in victims:
+        if process_matches(pid, start):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return servers
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants, parents first (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry.name}/stat") as fh:
+                    ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return tree
 
 
 def _environment() -> dict[str, str]:

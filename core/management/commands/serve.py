@@ -14,7 +14,11 @@ Two layouts:
 
 Both also start the notebook origin (jobs/notebook_origin.py) on GANTRY_NOTEBOOK_PORT.
 
-Any child that dies stops the rest; Ctrl-C or SIGTERM stops them all.
+Any child that dies stops the rest; Ctrl-C or SIGTERM stops them all within seconds:
+uvicorn gives requests still in flight (a half-sent upload, a long poll) GRACEFUL_SECONDS
+and then runs its shutdown, where the notebook origin stops the TensorBoard servers it
+started (they run in sessions of their own, out of Ctrl-C's reach). A child still there
+STOP_SECONDS after SIGTERM is killed.
 """
 
 import os
@@ -30,6 +34,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 WORKER_NICENESS = 10
+# Without a bound uvicorn waits for every open request, so one browser tab could hold the
+# origin until STOP_SECONDS and its SIGKILL, which skipped the shutdown that stops the
+# TensorBoards: `make run` took 16 s to stop and left them running.
+GRACEFUL_SECONDS = 3
+STOP_SECONDS = 15
 ROUTES = Path(settings.BASE_DIR) / "platform" / "nginx" / "gantry-routes.conf"
 
 
@@ -118,6 +127,7 @@ class Command(BaseCommand):
             scheme = "http"
             uvicorn = [python, "-m", "uvicorn", "config.asgi:application", "--no-access-log"]
             uvicorn += ["--lifespan", "off", "--host", host, "--port", str(port)]
+            uvicorn += ["--timeout-graceful-shutdown", str(GRACEFUL_SECONDS)]
             if web_workers > 1:
                 uvicorn += ["--workers", str(web_workers)]
             children["web"] = subprocess.Popen(uvicorn)
@@ -125,6 +135,7 @@ class Command(BaseCommand):
         children["notebooks"] = subprocess.Popen([
             python, "-m", "uvicorn", "jobs.notebook_origin:application", "--no-access-log",
             "--host", host, "--port", str(settings.GANTRY_NOTEBOOK_PORT),
+            "--timeout-graceful-shutdown", str(GRACEFUL_SECONDS),
         ])
         if not no_worker:
             # Behind the web processes for the CPU (and so are the local jobs it starts):
@@ -163,6 +174,7 @@ class Command(BaseCommand):
             python, "-m", "uvicorn", "config.asgi:application", "--uds", str(asgi),
             "--no-access-log", "--lifespan", "off",
             "--proxy-headers", "--forwarded-allow-ips", "*",
+            "--timeout-graceful-shutdown", str(GRACEFUL_SECONDS),
         ])
         listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         tls = (str(Path(tls_cert).resolve()), str(Path(tls_key).resolve())) if tls_cert else None
@@ -208,7 +220,7 @@ class Command(BaseCommand):
         for child in children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + STOP_SECONDS
         for child in children.values():
             try:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
