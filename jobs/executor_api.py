@@ -10,15 +10,13 @@ the URL gets the same 404 as a job that does not exist. They are left out of the
 public API schema on purpose.
 
 Dataset files are asked of datasets' services (jobs -> datasets). Model files
-belong to modelhub, which sits above jobs: it hands in how to find one when it
-starts (`find_model_files_with`, from modelhub/apps.py), so jobs never imports it.
+belong to modelhub, which sits above jobs: jobs asks `core.registry.model_file_for_job`,
+which modelhub provides (modelhub/apps.py), so jobs never imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import wraps
-from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.core.files.storage import default_storage
@@ -27,6 +25,7 @@ from django.urls import path, reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
+from core import registry
 from core.parsers import Unreadable, loads
 from datasets import downloads
 from datasets.models import DatasetFile, blob_key
@@ -224,20 +223,10 @@ def dataset_file(request, job, rank, pk: int):
     return downloads.file_response(file)
 
 
-# modelhub's `(job, pk) -> model file or None`: only files of model versions in the job's
-# own project. Handed in when modelhub starts (modelhub/apps.py).
-_find_model_file: Callable[[Job, int], Any] | None = None
-
-
-def find_model_files_with(finder: Callable[[Job, int], Any]) -> None:
-    global _find_model_file
-    _find_model_file = finder
-
-
 @executor_view("GET")
 def model_file(request, job, rank, pk: int):
     """A model version's file, staged by a prediction job (its URL names no job)."""
-    found = _find_model_file(job, pk) if _find_model_file is not None else None
+    found = registry.model_file_for_job(job, pk)  # only files of the job's own project
     if found is None:
         return _not_found()
     return FileResponse(

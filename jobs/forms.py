@@ -1,29 +1,14 @@
 """Submit forms, one per kind. They turn text into a spec; jobs.services validates it."""
 
-from collections.abc import Callable
-from typing import Any
-
 from django import forms
 
+from core import registry
 from core.formatting import format_size
 from datasets.models import DatasetVersion
 from images.models import RuntimeImage
 from images.services import images_for_job
 from jobs.models import JobKind
 from snapshots.forms import CodeSnapshotField
-
-
-class ModelInputs:
-    """How the form offers model versions as inputs. Model versions live in modelhub, above
-    jobs: modelhub hands these in when it starts (`offer_model_inputs`)."""
-
-    choices: Callable[[Any, Any], Any] | None = None  # (user, project) -> ModelVersion queryset
-    entry: Callable[[Any], dict] | None = None  # version -> a job input entry
-    version_of: Callable[[Any, dict], Any] | None = None  # (project, entry) -> version pk or None
-
-
-def offer_model_inputs(choices, entry, version_of) -> None:
-    ModelInputs.choices, ModelInputs.entry, ModelInputs.version_of = choices, entry, version_of
 
 
 def dataset_version_label(version: DatasetVersion) -> str:
@@ -135,10 +120,12 @@ class NotebookJobForm(forms.Form):
         )
         datasets.label_from_instance = dataset_version_label
         datasets.widget.attrs.update({"size": 6, "data-searchable": "1"})
-        if ModelInputs.choices is None:
+        # Model versions live in modelhub, above jobs: asked through the registry.
+        choices = registry.model_input_choices(user, project)
+        if choices is None:
             del self.fields["model_version"]
         else:
-            model.queryset = ModelInputs.choices(user, project)
+            model.queryset = choices
             model.label_from_instance = lambda v: f"{v.model.name} v{v.number}"
             model.widget.attrs.update({"data-searchable": "1"})
 
@@ -147,8 +134,8 @@ class NotebookJobForm(forms.Form):
         versions = data.pop("dataset_versions", None) or []
         model_version = data.pop("model_version", None)
         inputs = [{"dataset_version": v.pk} for v in versions]
-        if model_version is not None and ModelInputs.entry is not None:
-            inputs.append(ModelInputs.entry(model_version))
+        if model_version is not None:
+            inputs.append(registry.model_input_entry(model_version))
         data["inputs"] = inputs
         data["kind"] = self.kind
         return data
@@ -237,14 +224,13 @@ def initial_inputs(job) -> dict:
     """The pickers' initial values from a job's inputs (clone keeps them)."""
     entries = [e for e in job.inputs or [] if isinstance(e, dict)]
     model_version = None
-    if ModelInputs.version_of is not None:
-        for entry in (e for e in entries if "model" in e):
-            try:
-                model_version = ModelInputs.version_of(job.project, entry)
-            except (TypeError, ValueError):  # not an entry the picker wrote
-                continue
-            if model_version is not None:
-                break
+    for entry in (e for e in entries if "model" in e):
+        try:
+            model_version = registry.model_version_of_input(job.project, entry)
+        except (TypeError, ValueError):  # not an entry the picker wrote
+            continue
+        if model_version is not None:
+            break
     return {
         "dataset_versions": [e["dataset_version"] for e in entries if "dataset_version" in e],
         "model_version": model_version,

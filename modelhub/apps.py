@@ -7,24 +7,12 @@ class ModelhubConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        from jobs import executor_api
-        from modelhub.services import model_file_for_job
+        # The agent API (jobs) serves model files to prediction jobs, and the job form
+        # offers model versions as inputs; jobs may not import modelhub (core.registry).
+        from core import registry
+        from modelhub import services
 
-        # The agent API (jobs) serves model files to prediction jobs; jobs may not import
-        # modelhub, so modelhub hands in how to find one.
-        executor_api.find_model_files_with(model_file_for_job)
-        # The job form's inputs picker offers model versions of the job's project.
-        from jobs.forms import offer_model_inputs
-        from modelhub.models import ModelVersion
-        from modelhub.services import model_inputs
-
-        offer_model_inputs(
-            lambda user, project: ModelVersion.objects.visible_to(user)
-            .filter(model__project=project)
-            .select_related("model")
-            .order_by("model__name", "-number"),
-            model_inputs,
-            lambda project, entry: ModelVersion.objects.filter(
-                model__project=project, model_id=entry.get("model"), number=entry.get("model_version")
-            ).values_list("pk", flat=True).first(),
-        )
+        registry.model_file_for_job.register(services.model_file_for_job)
+        registry.model_input_choices.register(services.model_input_choices)
+        registry.model_input_entry.register(services.model_inputs)
+        registry.model_version_of_input.register(services.model_version_of_input)

@@ -423,6 +423,29 @@ def lineage(version: ModelVersion) -> dict[str, Any]:
 # --- prediction -------------------------------------------------------------------------
 
 
+def model_input_choices(user, project):
+    """The model versions of `project` the job form offers as an input, by name and newest
+    first (`core.registry.model_input_choices`)."""
+    return (
+        ModelVersion.objects.visible_to(user)
+        .filter(model__project=project)
+        .select_related("model")
+        .order_by("model__name", "-number")
+    )
+
+
+def model_version_of_input(project, entry: dict) -> int | None:
+    """The pk of the project's model version a job input entry names, or None (the job
+    form's clone keeps the pick: `core.registry.model_version_of_input`)."""
+    return (
+        ModelVersion.objects.filter(
+            model__project=project, model_id=entry.get("model"), number=entry.get("model_version")
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
 def model_inputs(version: ModelVersion) -> dict[str, Any]:
     """A job input entry staging the version's files under `model/` (executor/staging.py);
     the URLs answer the job's own token (the agent API, jobs/executor_api.py)."""
