@@ -10,11 +10,11 @@ class CheckpointsConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from checkpoints.services import tenant_checkpoint_blobs
-        from datasets.services import quotas
+        from core import registry
 
         # Checkpoint files live in the dataset blob store and count in the tenant's storage
-        # quota; datasets may not import checkpoints, so checkpoints hands in its blobs.
-        quotas.count_blobs_of(tenant_checkpoint_blobs)
+        # quota; datasets may not import checkpoints, so it asks through the registry.
+        registry.blobs_held.register(tenant_checkpoint_blobs)
         post_migrate.connect(_schedule, sender=self)
 
 

@@ -8,13 +8,13 @@ class SnapshotsConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_migrate
 
-        from datasets.services import quotas
+        from core import registry
         from snapshots.services import pending_snapshot_bytes, tenant_snapshot_blobs
 
         # Snapshot contents live in the dataset blob store and count in the tenant's
-        # storage quota; datasets may not import snapshots, so snapshots hands in its blobs.
-        quotas.count_blobs_of(tenant_snapshot_blobs)
-        quotas.count_reserved_by(pending_snapshot_bytes)
+        # storage quota; datasets may not import snapshots, so it asks through the registry.
+        registry.blobs_held.register(tenant_snapshot_blobs)
+        registry.bytes_reserved.register(pending_snapshot_bytes)
         post_migrate.connect(_schedule, sender=self)
 
 

@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Q, Sum
 
+from core import registry
 from datasets.models import Blob, DatasetFile, StorageQuota, UploadSession, UploadState
 from datasets.services.paths import human
 
 # Uploads that still hold the bytes they reserved.
 LIVE = (UploadState.OPEN, UploadState.COMMITTING)
-
-
-# Apps above datasets that keep files in the blob store too (checkpoints) hand in
-# `tenant -> queryset of blob sha256 values` when they start; those blobs count as well.
-_BLOB_HOLDERS: list[Callable] = []
-
-
-def count_blobs_of(holder: Callable) -> None:
-    if holder not in _BLOB_HOLDERS:
-        _BLOB_HOLDERS.append(holder)
-
-
-# ... and `tenant -> bytes` they have reserved for contents still on their way (code
-# snapshots waiting for their files), so two of them cannot both take the last bytes.
-_RESERVERS: list[Callable] = []
-
-
-def count_reserved_by(reserver: Callable) -> None:
-    if reserver not in _RESERVERS:
-        _RESERVERS.append(reserver)
 
 
 def tenant_quota(tenant) -> int:
@@ -43,12 +22,13 @@ def tenant_quota(tenant) -> int:
 
 
 def tenant_usage(tenant) -> int:
-    """Bytes a tenant holds: its distinct blobs, plus what open uploads (and the other apps'
-    reservers) have reserved."""
+    """Bytes a tenant holds: its distinct blobs, plus what open uploads have reserved. Apps
+    above datasets that keep files in the blob store (checkpoints, snapshots) add their blobs
+    and reservations through `core.registry.blobs_held` and `bytes_reserved`."""
     blobs = DatasetFile.objects.filter(version__dataset__project__tenant=tenant).values("blob")
     held = Q(sha256__in=blobs)
-    for holder in _BLOB_HOLDERS:
-        held |= Q(sha256__in=holder(tenant))
+    for theirs in registry.blobs_held(tenant):
+        held |= Q(sha256__in=theirs)
     stored = Blob.objects.filter(held).aggregate(n=Sum("size"))["n"] or 0
     reserved = (
         UploadSession.objects.filter(dataset__project__tenant=tenant, state__in=LIVE).aggregate(
@@ -56,7 +36,7 @@ def tenant_usage(tenant) -> int:
         )["n"]
         or 0
     )
-    return stored + reserved + sum(reserver(tenant) for reserver in _RESERVERS)
+    return stored + reserved + sum(registry.bytes_reserved(tenant))
 
 
 def check_quota(tenant, more: int) -> None:
