@@ -91,19 +91,31 @@ def test_imports_follow_the_arrows():
     assert wrong_arrows() == []
 
 
-MAX_MODULE_LINES = 600
+# A module past this many lines is worth a look, not a failure: size follows cohesion
+# (docs/developers/contributing.md, issue 43). Issue 21 made it a gate, and files were then
+# parked at 597-600 lines and private helpers made public to split them.
+LONG_MODULE_LINES = 600
 
 
-def test_no_module_is_too_long_to_read_in_one_sitting():
-    """Issue 21's rule: an app's module (migrations aside) or a benchmark stays under 600 lines;
-    a longer one is split by use case, as jobs/services/ and datasets/services/ are."""
+def long_modules() -> dict[str, int]:
+    """App modules (migrations aside) and benchmarks over ``LONG_MODULE_LINES``."""
     paths = [p for app in sorted(APPS) for p in modules(app)] + sorted((ROOT / "bench").glob("*.py"))
-    long = {
+    return {
         str(p.relative_to(ROOT)): n
         for p in paths
-        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+        if (n := len(p.read_text().splitlines())) > LONG_MODULE_LINES
     }
-    assert long == {}
+
+
+def test_long_modules_are_listed_for_a_look_not_failed(tmp_path, monkeypatch):
+    """The list is information (``pytest -rP`` shows it): a reviewer asks whether each
+    module is still one idea. A module of 601 lines is listed, and nothing fails."""
+    print("modules over", LONG_MODULE_LINES, "lines:", long_modules() or "none")
+    (tmp_path / "core").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "core" / "long.py").write_text("x = 1\n" * 601)
+    monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
+    assert long_modules() == {"core/long.py": 601}
 
 
 def test_the_executor_needs_only_the_standard_library():
