@@ -129,7 +129,7 @@ class QueuedJob(NamedTuple):
     and all) cost several times the scheduling itself; the jobs admitted are read in full."""
 
     pk: int
-    tenant: str  # tenant_key
+    tenant_slug: str  # tenant_key: the policy's tenant (Job.tenant is the row)
     tenant_id: int
     priority: int
     created_at: datetime
@@ -196,7 +196,7 @@ class FinishedJob(NamedTuple):
     """What fair share reads of a GPU job that ran and finished (`finished_gpu_jobs`)."""
 
     tenant_id: int
-    tenant: str  # tenant_key
+    tenant_slug: str  # tenant_key
     gpus: int  # all workers'
     created_at: datetime
     started_at: datetime
@@ -237,8 +237,8 @@ def fair_share_history(
     for job in finished:
         seconds = max((job.finished_at - max(job.started_at, since)).total_seconds(), 0.0)
         age = max((now - job.finished_at).total_seconds(), 0.0)
-        received[job.tenant] += job.gpus * seconds * math.exp(-age / window_s)
-        wanted.append((job.tenant, job.gpus, job.created_at.timestamp(),
+        received[job.tenant_slug] += job.gpus * seconds * math.exp(-age / window_s)
+        wanted.append((job.tenant_slug, job.gpus, job.created_at.timestamp(),
                        job.finished_at.timestamp()))
     entitled = entitled_history(wanted, quotas, cluster_gpus, now.timestamp(), window_s)
     return dict(received), entitled
@@ -440,13 +440,13 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
     # Jobs already asked to stop for a preemption are left out: their resources are
     # promised to the jobs admitted in their place.
     running = [j for j in active if j.preempt_requested_at is None]
-    tenants = {j.tenant_id: j.tenant for j in queue}  # id -> tenant_key
+    tenants = {j.tenant_id: j.tenant_slug for j in queue}  # id -> tenant_key
     tenants.update((j.project.tenant_id, tenant_key(j.project.tenant)) for j in running)
     cluster_gpus = sum(n.gpus for n in nodes)
     finished = finished_gpu_jobs(now, POLICY.usage_window_s)
-    tenants.update((j.tenant_id, j.tenant) for j in finished)
+    tenants.update((j.tenant_id, j.tenant_slug) for j in finished)
     quotas = quotas_by_id(tenants, cluster_gpus)
-    current = [(j.tenant, j.gpus * j.workers, j.created_at) for j in queue]
+    current = [(j.tenant_slug, j.gpus * j.workers, j.created_at) for j in queue]
     current.extend((tenant_key(j.project.tenant), j.gpus * j.workers, j.created_at) for j in running)
     received, entitled = fair_share_history(
         finished, current, quotas, cluster_gpus, now, POLICY.usage_window_s
@@ -462,7 +462,7 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
             )
             for j in running
         ],
-        pending=[job_request(j, j.tenant) for j in queue],
+        pending=[job_request(j, j.tenant_slug) for j in queue],
         usage_history=received,
         entitled_history=entitled,
         work_lost={str(pk): s for pk, s in work_lost(running, now).items()},
@@ -475,7 +475,7 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
     victim_ids = {v.pk for v, _ in victims}
     devices = Devices(backend, nodes, [j for j in running if j.pk not in victim_ids])
     if victims:
-        tenant_of = {jid: j.tenant for jid, j in queued_by_id.items()}
+        tenant_of = {jid: j.tenant_slug for jid, j in queued_by_id.items()}
         tenant_of.update((jid, tenant_key(j.project.tenant)) for jid, j in running_by_id.items())
         for victim, why in victims:
             preempt_job(victim, preemption_reason(why, tenant_of))
@@ -495,7 +495,7 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         if placement is None:
             short[jid] = f"waiting for devices to be released {backend.where}"
             continue
-        key = queued.tenant
+        key = queued.tenant_slug
         used[key] += queued.gpus * queued.workers
         reason = f"admitted {backend.where}"
         if queued.gpus and used[key] > quotas[key].guaranteed_gpus:
