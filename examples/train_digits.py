@@ -8,6 +8,11 @@ checkpoint (checkpoint.pt: model, optimizer, epoch, step) every --checkpoint-eve
 and when Gantry asks the job to stop (cancel, timeout, preemption: then it exits 0). A
 requeued, retried or resumed job goes on from $GANTRY_RESUME_FROM (the latest complete
 checkpoint, staged by the executor); by hand, `--resume outputs/checkpoint.pt`.
+
+Where the `tensorboard` package is installed (`make run` installs it with Gantry), the
+same scalars also go to TensorBoard event files under --tensorboard-dir (`runs/`,
+relative to the working directory: in a Gantry job, rank 0's, where the job page looks
+for them and then offers "Open TensorBoard"). Without it the example trains all the same.
 """
 
 from __future__ import annotations
@@ -50,6 +55,30 @@ def save_checkpoint(state: dict, step: int, loss: float) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+class Scalars:
+    """Gantry's metrics and, where `tensorboard` is installed, TensorBoard event files."""
+
+    def __init__(self, logdir: str) -> None:
+        self.writer = None
+        if not logdir:
+            return
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError as missing:  # torch raises it when tensorboard is not installed
+            print(f"no TensorBoard event files: {missing}", flush=True)
+            return
+        self.writer = SummaryWriter(logdir)
+
+    def log(self, name: str, value: float, step: int) -> None:
+        log_metric(name, value, step=step)
+        if self.writer is not None:
+            self.writer.add_scalar(name, value, global_step=step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
 def resume_path(given: str | None) -> str | None:
     staged = resume_from()
     if given or not staged:
@@ -66,6 +95,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--resume", default=None, help="a checkpoint.pt written on preemption")
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps (0: only on stop)")
+    parser.add_argument(
+        "--tensorboard-dir", default="runs", help="TensorBoard event files ('': none)"
+    )
     return parser.parse_args(argv)
 
 
@@ -81,6 +113,14 @@ def evaluate(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> tu
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    scalars = Scalars(args.tensorboard_dir)
+    try:
+        return train(args, scalars)
+    finally:
+        scalars.close()
+
+
+def train(args: argparse.Namespace, scalars: Scalars) -> int:
     stop = StopFlag()
     torch.manual_seed(args.seed)
     out = outputs_dir()
@@ -133,7 +173,7 @@ def main(argv=None) -> int:
             loss.backward()
             optimizer.step()
             step += 1
-            log_metric("loss", loss.item(), step=step)
+            scalars.log("loss", loss.item(), step)
             seen += len(labels)
             correct += (logits.argmax(dim=1) == labels).sum().item()
             loss_sum += loss.item() * len(labels)
@@ -141,10 +181,10 @@ def main(argv=None) -> int:
                 save_checkpoint(state(epoch), step, loss.item())
 
         val_loss, val_accuracy = evaluate(model, test_images, test_labels)
-        log_metric("train_loss", loss_sum / seen, step=step)
-        log_metric("train_accuracy", correct / seen, step=step)
-        log_metric("val_loss", val_loss, step=step)
-        log_metric("val_accuracy", val_accuracy, step=step)
+        scalars.log("train_loss", loss_sum / seen, step)
+        scalars.log("train_accuracy", correct / seen, step)
+        scalars.log("val_loss", val_loss, step)
+        scalars.log("val_accuracy", val_accuracy, step)
         print(
             f"epoch {epoch}/{args.epochs}: train_loss={loss_sum / seen:.4f} "
             f"train_accuracy={correct / seen:.3f} val_loss={val_loss:.4f} "

@@ -101,6 +101,37 @@ def test_training_logs_loss_and_accuracy(trained):
     assert "epoch 2/2" in result.stdout
 
 
+def test_training_writes_tensorboard_event_files_in_its_working_directory(trained):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    _, _, metrics_file = trained
+    workdir = metrics_file.parent.parent  # the command's working directory (job_env)
+    events = list((workdir / "runs").rglob("*tfevents*"))
+    assert len(events) == 1, events
+    board = EventAccumulator(str(events[0].parent))
+    board.Reload()
+    assert {"loss", "train_loss", "val_loss", "val_accuracy"} <= set(board.Tags()["scalars"])
+    logged = metrics(metrics_file)
+    assert [e.step for e in board.Scalars("val_accuracy")] == [r["step"] for r in logged["val_accuracy"]]
+
+
+def test_training_without_tensorboard_trains_and_says_so(tmp_path):
+    # A `tensorboard` package that cannot be imported, first on the path: as where it is
+    # not installed (torch.utils.tensorboard raises ImportError then).
+    hidden = tmp_path / "hidden" / "tensorboard"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'tensorboard'\")\n")
+    env, outputs = job_env(tmp_path, "plain")
+    env["PYTHONPATH"] = os.pathsep.join([str(hidden.parent), env["PYTHONPATH"]])
+
+    result = run("train_digits.py", "--epochs", "1", env=env, cwd=tmp_path)
+
+    assert "no TensorBoard event files: No module named 'tensorboard'" in result.stdout
+    assert "Traceback" not in result.stderr
+    assert (outputs / "model.pt").exists()
+    assert not list(tmp_path.rglob("*tfevents*"))
+
+
 def test_training_saves_a_model_that_learned(trained):
     _, outputs, metrics_file = trained
     assert (outputs / "model.pt").stat().st_size > 0

@@ -2,6 +2,7 @@
 on the local backend, and the digits CNN as a train job whose loss reaches Gantry."""
 
 import pytest
+from django.urls import reverse
 
 from jobs.models import Artifact, MetricPoint
 from jobs.queries import log_lines
@@ -32,7 +33,7 @@ def test_ddp_example_runs_as_a_distributed_job_and_keeps_both_ranks_logs(running
     assert Artifact.objects.filter(job=job, worker=0, path="model.pt").exists()
 
 
-def test_digits_example_reports_its_loss_to_gantry(running_jobs, owner, project):
+def test_digits_example_reports_its_loss_to_gantry(running_jobs, owner, project, client_for):
     job = submit_job(
         owner, project, name="digits", command=f"python {EXAMPLES / 'train_digits.py'}", parameters={"epochs": 2},
     )
@@ -40,3 +41,6 @@ def test_digits_example_reports_its_loss_to_gantry(running_jobs, owner, project)
     assert job.state == "succeeded", job.state_reason
     assert MetricPoint.objects.filter(job=job, name="loss").count() >= 2
     assert Artifact.objects.filter(job=job, path="model.pt").exists()
+    # Its event files are where Gantry looks: the job page offers "Open TensorBoard".
+    panel = client_for(owner).get(reverse("tensorboard_open", args=[job.pk]), {"panel": "1"})
+    assert "Open TensorBoard" in panel.content.decode()
