@@ -68,3 +68,9 @@ class KubernetesCluster(models.Model):
             errors["namespace_prefix"] = "Lower-case letters, digits and - only."
         if errors:
             raise ValidationError(errors)
+
+
+def registered_clusters() -> list[KubernetesCluster]:
+    """Every registered cluster, the default first (jobs' Kubernetes backend asks:
+    `core.registry.kubernetes_clusters`)."""
+    return list(KubernetesCluster.objects.all())

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import yaml
 from django.conf import settings
 
+from core import registry
 from jobs.backends import k8s_manifests as m
 
 logger = logging.getLogger("jobs.backends.kubernetes")
@@ -44,11 +45,9 @@ class ClusterRef:
 
 
 def registered_clusters() -> list[ClusterRef]:
-    """Every registered cluster, the default first; the environment's when none is."""
-    from django.apps import apps
-
-    model = apps.get_model(settings.GANTRY_K8S_CLUSTER_MODEL)
-    rows = [ClusterRef.from_model(c) for c in model.objects.all()]
+    """Every registered cluster, the default first; the environment's when none is.
+    Clusters are registered in the cluster app, above jobs: asked through the registry."""
+    rows = [ClusterRef.from_model(c) for c in registry.kubernetes_clusters()]
     if rows:
         return rows
     return [ClusterRef("default", in_cluster=bool(os.environ.get("KUBERNETES_SERVICE_HOST")))]

@@ -7,7 +7,7 @@ image that cannot be pulled, no node for the request, OOMKilled, a pod deleted o
 evicted) is reported to `jobs.services` by `jobs.backends.k8s_watch` — fast from the
 watches of `manage.py k8s_watch`, and at the latest from `probe()` in the reconcile task.
 
-Clusters come from the rows of settings.GANTRY_K8S_CLUSTER_MODEL (`cluster.KubernetesCluster`:
+Clusters come from `core.registry.kubernetes_clusters` (the rows of cluster.KubernetesCluster:
 jobs never imports cluster; the default one runs new jobs); with none registered, from
 $KUBECONFIG or the in-cluster service account (`jobs.backends.k8s_client`: reaching a
 cluster and the one-object API calls).
