@@ -7,8 +7,9 @@
   over the past (what fair share weighs a tenant's usage against).
 - ``ranking``: the order of one pass (priority, size-weighted submit time, fair share).
 - ``messages``: wait reasons and ETAs in plain words.
-- ``schedule_pass``: ``schedule`` (the Gantry policy: backfill, preemption) and
-  ``schedule_fifo`` (the FIFO baseline); its docstring describes the whole policy.
+- ``schedule_pass``: ``schedule`` (the Gantry policy: backfill, preemption; one
+  ``SchedulePass`` whose steps are named for its rules) and ``schedule_fifo`` (the FIFO
+  baseline); its docstring describes the whole policy.
 
 Callers import the public names from ``scheduling`` (or from the module that defines them).
 """

@@ -3,7 +3,7 @@
 No Django, no I/O, no clocks: the live scheduler and the trace simulator call the very same
 ``schedule(snapshot, now)`` once per scheduling pass.
 
-Policy, in order of application (see ``schedule``):
+Policy, in order of application (``SchedulePass``, whose steps are named for them):
 
 1. **Ranking** (``Ranker``). Pending jobs are ordered by priority (higher first), then by
    a *virtual submit time*: the submit time pushed back by ``size_weight`` x the job's
@@ -62,376 +62,498 @@ from .placement import fits_count
 from .quotas import PassState
 from .ranking import Ranker
 
-__all__ = ["schedule", "schedule_fifo"]
+__all__ = ["SchedulePass", "schedule", "schedule_fifo"]
+
+# Why a job waits: (code, message, estimated start or None).
+Wait = tuple[str, str, float | None]
 
 
 # --------------------------------------------------------------------------- Gantry policy
 
 
+def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None) -> Decision:
+    """One scheduling pass of the Gantry policy (see the module docstring)."""
+    return SchedulePass(snapshot, now, config).run()
+
+
 class _Victim:
-    __slots__ = ("rj", "end", "g")
+    """A running job as a preemption candidate, with its estimated end (clamped to now)."""
 
-    def __init__(self, rj: RunningJob, end: float) -> None:
-        self.rj = rj
+    __slots__ = ("job", "request", "end", "gpus")
+
+    def __init__(self, job: RunningJob, end: float) -> None:
+        self.job = job
+        self.request = job.request
         self.end = end
-        self.g = rj.request.total_gpus
+        self.gpus = job.request.total_gpus
 
 
-def schedule(  # noqa: C901 - the hot loop; see the docstring
-    snapshot: Snapshot, now: float, config: PolicyConfig | None = None
-) -> Decision:
-    """One scheduling pass of the Gantry policy (see the module docstring).
+class SchedulePass:
+    """One pass of the Gantry policy over a snapshot: ``SchedulePass(snapshot, now).run()``.
 
-    One function on purpose (issue 21 allows the scheduler's hot loop over complexity
-    20): a pass walks up to 10,000 pending jobs in one loop, and the per-job steps
-    (memo lookups, placement, the preemption and reservation closures over the pass's
-    local state) read and write a dozen locals; as separate functions each job would pay
-    several extra calls and attribute lookups, which cost measurable time at that size
-    (``bench/simulate.py``'s micro-benchmark). The parts that are not per job live in
-    their own modules: ``data``, ``placement``, ``quotas``, ``ranking``, ``messages``.
+    The pass walks the pending jobs in rank order (``Ranker``, which re-ranks as jobs are
+    admitted) and gives each one of three outcomes: it starts on free capacity
+    (``_place_on_free_capacity``), it starts on capacity taken from running jobs
+    (``_preempt_for``), or it waits with a reason: its tenant's quota, or capacity as the
+    head of the queue (``_wait_at_the_head``, which takes the EASY reservation) or behind
+    it (``_wait_behind_the_head``).
+
+    Most jobs of a long queue are answered without placing them: a job's shape that can
+    never run is answered once per pass, and so is a (shape, priority) that found no room,
+    until something changes (``state_version``, bumped on every admission and when the
+    head is found). That lookup stays inline in ``run``, the one loop over up to 10,000
+    jobs a pass; the steps it calls run only for jobs whose answer must be worked out.
     """
-    cfg = config or PolicyConfig()
-    common = PassState(snapshot)
-    cl = common.cl
-    quotas = common.quotas
-    ranker = Ranker(snapshot, common, cfg, now)
-    decision = Decision()
-    admitted: set[str] = set()
-    pre: dict[str, tuple[str, str, float | None]] = {}
 
-    # Running jobs this pass may still end (estimated end, clamped to now when overrunning):
-    # built on the first preemption search only (most passes never search; the reservation
-    # reads the running jobs directly).
-    live: dict[str, _Victim] = {}
+    def __init__(
+        self, snapshot: Snapshot, now: float, config: PolicyConfig | None = None
+    ) -> None:
+        self.config = config or PolicyConfig()
+        self.now = now
+        self.state = PassState(snapshot)
+        self.cluster = self.state.cl
+        self.quotas = self.state.quotas
+        self.ranker = Ranker(snapshot, self.state, self.config, now)
+        self.ranker.head_found = lambda: self.reserved_job is not None
+        self.work_lost = snapshot.work_lost
+        self.decision = Decision()
+        # Every job the ranker yields that is not admitted, in yield order (= its position).
+        self.waiting: dict[str, Wait] = {}
+        # Jobs admitted in this pass: (request, placement, estimated end).
+        self.started: list[tuple[JobRequest, dict[str, int], float]] = []
 
-    def end_of(rj: RunningJob) -> float:
-        est = rj.request.estimated_duration
-        return INF if est is None else max(rj.start_time + est, now)
+        # The EASY reservation: the first job that cannot start holds it.
+        self.reserved_job: JobRequest | None = None
+        # None with a reservation: unknown (depends on jobs without an estimate).
+        self.reserved_start: float | None = None
+        self.held_message = ""  # why a job that would delay the reserved start waits
 
-    new_running: list[tuple[JobRequest, dict[str, int], float]] = []
+        # Memos and the counters that invalidate them. A worker shape that found no room
+        # stays without room until capacity is released (a preemption: capacity_epoch);
+        # any answer about a job may change on an admission or a new reservation
+        # (state_version).
+        self.state_version = 0
+        self.capacity_epoch = 0
+        self.no_room_at_epoch: dict[tuple, int] = {}
+        # (tenant, priority, constrained) -> (state_version, GPUs) of a search that failed.
+        self.search_failed: dict[tuple, tuple[int, int]] = {}
+        self.preemption_searches = 0
 
-    # Preemption candidates: which running jobs are borrowed right now.
-    borrowed_ids: set[str] = set()
-    if cfg.preemption:
-        # Sort keys as plain tuples (ids are unique, so comparisons stop there).
+        # Preemption: which running jobs are borrowed, and the lowest priorities running.
+        self.preempted: set[str] = set()
+        self.victim_order: list[_Victim] | None = None  # sorted on the first search only
+        self.borrowed = self._borrowed_jobs() if self.config.preemption else set()
+        running = self.state.running
+        self.lowest_running_priority = min((j.request.priority for j in running), default=None)
+        self.lowest_priority_of: dict[str, int] = {}
+        for job in running:
+            tenant, priority = job.request.tenant, job.request.priority
+            if priority < self.lowest_priority_of.get(tenant, priority + 1):
+                self.lowest_priority_of[tenant] = priority
+
+    # -- the pass
+
+    def run(self) -> Decision:
+        """Answer every pending job in rank order; return the decision."""
+        state, waiting, now = self.state, self.waiting, self.now
+        # Per-pass shape numbers, so the memo keys below hash small ints, not six fields.
+        shape_numbers: dict[tuple, int] = {}
+        never_fits: list[tuple[str, str] | None] = []  # by shape number: too_large's answer
+        # (shape number, constrained, priority) -> (state_version, the answer then).
+        answered: dict[tuple, tuple[int, Wait]] = {}
+        for job in self.ranker:
+            job_id = job.id
+            shape_key = (job.tenant, job.workers, job.gpus_per_worker, job.cpus_per_worker,
+                         job.memory_mb_per_worker, job.gpu_model)
+            shape = shape_numbers.get(shape_key)
+            if shape is None:
+                shape = shape_numbers[shape_key] = len(never_fits)
+                never_fits.append(state.too_large(job))
+            too_large = never_fits[shape]
+            if too_large is not None:
+                waiting[job_id] = (too_large[0], too_large[1], None)
+                continue
+            # Constrained: the job must not take what the reservation needs, unless it is
+            # estimated to end before the reserved start.
+            constrained = False
+            if self.reserved_job is not None:
+                estimate, start = job.estimated_duration, self.reserved_start
+                constrained = not (estimate is not None and start is not None
+                                   and now + estimate <= start)
+            memo_key = (shape, constrained, job.priority)
+            memo = answered.get(memo_key)
+            if memo is not None and memo[0] == self.state_version:
+                waiting[job_id] = memo[1]
+                continue
+            wait = self._consider(job, constrained)
+            if wait is not None:
+                answered[memo_key] = (self.state_version, wait)
+        return waiting_in_order(waiting, self.decision)
+
+    def _consider(self, job: JobRequest, constrained: bool) -> Wait | None:
+        """Start ``job`` or say why it waits. Returns the answer when it holds for every
+        job of the same shape and priority until ``state_version`` changes, else None."""
+        quota_block = self.state.quota_block(job)
+        placement = None
+        if quota_block is None:
+            placement = self._place_on_free_capacity(job, constrained)
+        victims: list[_Victim] = []
+        if placement is None and self._preemption_could_help(job, quota_block):
+            found = self._preempt_for(job, constrained)
+            if found is not None:
+                placement, victims = found
+        if placement is not None:
+            self._admit(job, placement, victims)
+            return None
+        if quota_block is not None:
+            return self._wait(job, ("quota", quota_block, None))
+        if self.reserved_job is None:
+            self._wait_at_the_head(job)
+            return None
+        return self._wait_behind_the_head(job, constrained)
+
+    # -- starting a job
+
+    def _place_on_free_capacity(self, job: JobRequest, constrained: bool) -> dict[str, int] | None:
+        """Best-fit placement on free capacity (and, if constrained, on capacity the
+        reservation does not need); a worker shape that found no room is not tried again
+        until capacity is released."""
+        cluster = self.cluster
+        need = job.total_gpus
+        if need > cluster.free_g or (constrained and need > cluster.extra_g):
+            return None
+        room_key = (job.workers, job.gpus_per_worker, job.cpus_per_worker,
+                    job.memory_mb_per_worker, job.gpu_model, constrained)
+        if self.no_room_at_epoch.get(room_key) == self.capacity_epoch:
+            return None
+        placement = cluster.place(job, constrained)
+        if placement is None:
+            self.no_room_at_epoch[room_key] = self.capacity_epoch
+        return placement
+
+    def _admit(self, job: JobRequest, placement: dict[str, int], victims: list[_Victim]) -> None:
+        job_id, tenant = job.id, job.tenant
+        within_guarantee = (self.state.used_g.get(tenant, 0) + job.total_gpus
+                            <= self.quotas[tenant].guaranteed_gpus)
+        for victim in victims:
+            victim_id = victim.request.id
+            self.preempted.add(victim_id)
+            if victim.request.tenant == tenant:
+                why = f"preempted by higher-priority job {job_id} of the same tenant"
+            elif victim_id in self.borrowed and within_guarantee:
+                why = (f"preempted: it ran on capacity borrowed from tenant {tenant}, "
+                       f"which reclaimed it for job {job_id}")
+            else:
+                why = f"preempted by higher-priority job {job_id}"
+            self.decision.preempt.append((victim_id, why))
+        self.state.charge(job, +1)
+        self.ranker.admitted(job)
+        self.state_version += 1
+        self.decision.admit.append((job_id, placement))
+        estimate = job.estimated_duration
+        self.started.append((job, placement, INF if estimate is None else self.now + estimate))
+
+    # -- waiting
+
+    def _wait(self, job: JobRequest, wait: Wait) -> Wait:
+        self.waiting[job.id] = wait
+        return wait
+
+    def _wait_at_the_head(self, job: JobRequest) -> None:
+        """The first job that cannot start: with backfill it gets the reservation (if it
+        can ever fit); without, every job after it waits."""
+        if self.config.backfill:
+            self._reserve(job)
+        code, message = self.state.capacity_message(job)
+        holds_reservation = self.reserved_job is job
+        start = self.reserved_start if holds_reservation else None
+        if holds_reservation and start is not None:
+            message += f"; next in line, reserved start in ~{human_duration(start - self.now)}"
+        elif holds_reservation:
+            message += "; next in line once jobs without a runtime estimate finish"
+        self.waiting[job.id] = (code, message, start)
+        if not self.config.backfill:
+            self._block_everything_behind(job)
+        self.state_version += 1
+
+    def _block_everything_behind(self, job: JobRequest) -> None:
+        """A plain priority queue without backfill: no job after the head may start."""
+        self.reserved_job = job
+        self.held_message = (f"behind job {job.id}, which must start first "
+                             "(backfill is disabled)")
+        cluster = self.cluster
+        n = len(cluster.fg)
+        cluster.eg, cluster.ec, cluster.em = [0] * n, [0.0] * n, [0] * n
+        cluster.extra_g = 0
+        self.reserved_start = None
+
+    def _wait_behind_the_head(self, job: JobRequest, constrained: bool) -> Wait | None:
+        """A reservation exists: say whether the job waits for it or for capacity."""
+        cluster = self.cluster
+        if constrained and job.total_gpus <= cluster.free_g and cluster.find(
+            job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker, job.gpu_model,
+            False,
+        ) >= 0:
+            estimate = job.estimated_duration
+            why = ("it has no runtime estimate" if estimate is None
+                   else f"its estimated {human_duration(estimate)} would run past that start")
+            self.waiting[job.id] = ("reserved_for_head", f"{self.held_message}; {why}", None)
+            return None
+        code, message = self.state.capacity_message(job)
+        return self._wait(job, (code, message, None))
+
+    # -- the EASY reservation
+
+    def _estimated_end(self, job: RunningJob) -> float:
+        """When a running job should end by its estimate (never without one; now if over)."""
+        estimate = job.request.estimated_duration
+        return INF if estimate is None else max(job.start_time + estimate, self.now)
+
+    def _reserve(self, job: JobRequest) -> None:
+        """Reserve the earliest start at which ``job`` fits, as running jobs (and those
+        admitted in this pass) end by their estimates, and where: best fit on the free
+        capacity then. Capacity the reservation does not need stays usable (``eg/ec/em``).
+        No reservation if the job cannot fit even when everything has ended."""
+        found = self._earliest_fit(job)
+        if found is None:
+            return
+        start, free_g, free_c, free_m, fits = found
+        g, c, m = job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker
+        cluster = self.cluster
+        best_fit = sorted((i for i in range(len(free_g)) if fits[i] > 0),
+                          key=lambda i: (free_g[i], free_c[i], i))
+        left = job.workers
+        placement: dict[str, int] = {}
+        for i in best_fit:
+            k = min(fits[i], left)
+            placement[cluster.names[i]] = k
+            free_g[i] -= k * g
+            free_c[i] -= k * c
+            free_m[i] -= k * m
+            left -= k
+            if left == 0:
+                break
+        cluster.eg, cluster.ec, cluster.em = free_g, free_c, free_m
+        cluster.extra_g = sum(x for x in free_g if x > 0)
+        self.reserved_job, self.reserved_start = job, start
+        self.decision.reservation = Reservation(job.id, start, placement)
+        when = (f"reserved start in ~{human_duration(start - self.now)}" if start is not None
+                else "start depends on jobs without a runtime estimate")
+        self.held_message = f"held for the {job.total_gpus}-GPU job ahead of it ({when})"
+
+    def _earliest_fit(self, job: JobRequest):
+        """(start, free GPUs, CPUs and memory per node then, workers that fit per node), or
+        None if the job never fits. ``start`` is None where it depends on jobs without an
+        estimate."""
+        g, c, m = job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker
+        cluster = self.cluster
+        n = len(cluster.fg)
+        free_g, free_c, free_m = list(cluster.fg), list(cluster.fc), list(cluster.fm)
+        right_model = [not job.gpu_model or cluster.model[i] == job.gpu_model for i in range(n)]
+        fits = [fits_count(free_g[i], free_c[i], free_m[i], g, c, m) if right_model[i] else 0
+                for i in range(n)]
+        total = sum(fits)
+        if total >= job.workers:
+            return self.now, free_g, free_c, free_m, fits
+        ends = [
+            (self._estimated_end(rj), rj.request.id, rj.request, rj.placement)
+            for rj in self.state.running
+            if rj.request.id not in self.preempted
+        ]
+        ends.extend((end, r.id, r, placement) for r, placement, end in self.started)
+        ends.sort()  # by (end, id); ids are unique, so comparisons stop there
+        for end, _, ending, placement in ends:
+            ends_g, ends_c, ends_m = (ending.gpus_per_worker, ending.cpus_per_worker,
+                                      ending.memory_mb_per_worker)
+            for name, workers in placement.items():
+                i = cluster.index.get(name)
+                if i is None:
+                    continue
+                free_g[i] += workers * ends_g
+                free_c[i] += workers * ends_c
+                free_m[i] += workers * ends_m
+                if right_model[i]:
+                    k = fits_count(free_g[i], free_c[i], free_m[i], g, c, m)
+                    total += k - fits[i]
+                    fits[i] = k
+            if total >= job.workers:
+                return (None if end == INF else end), free_g, free_c, free_m, fits
+        return None  # cannot fit even when everything ends (nodes missing)
+
+    # -- preemption
+
+    def _borrowed_jobs(self) -> set[str]:
+        """Running jobs beyond their tenant's guarantee, which fills in (priority desc,
+        start time asc) order: the ones other tenants may reclaim."""
         by_tenant: dict[str, list[tuple]] = {}
-        for rj in common.running:
+        for rj in self.state.running:
             r = rj.request
+            # Plain tuples (ids are unique, so comparisons stop there).
             key = (-r.priority, rj.start_time, r.id, r.workers * r.gpus_per_worker)
             jobs = by_tenant.get(r.tenant)
             if jobs is None:
                 by_tenant[r.tenant] = [key]
             else:
                 jobs.append(key)
-        for t, jobs in by_tenant.items():
-            q = quotas.get(t)
-            guar = q.guaranteed_gpus if q else 0
-            if sum(k[3] for k in jobs) <= guar:
+        borrowed: set[str] = set()
+        for tenant, jobs in by_tenant.items():
+            quota = self.quotas.get(tenant)
+            guaranteed = quota.guaranteed_gpus if quota else 0
+            if sum(k[3] for k in jobs) <= guaranteed:
                 continue  # all within the guarantee: nothing borrowed, no sort needed
             jobs.sort()
-            acc = 0
-            for k in jobs:
-                acc += k[3]
-                if acc > guar:
-                    borrowed_ids.add(k[2])
-    min_prio = min((rj.request.priority for rj in common.running), default=None)
-    own_min_prio: dict[str, int] = {}
-    for rj in common.running:
-        t, p = rj.request.tenant, rj.request.priority
-        if p < own_min_prio.get(t, p + 1):
-            own_min_prio[t] = p
-    # Victims: lowest priority first, then least work lost (GPUs x time run), so the jobs
-    # that have run longest are the last to lose their progress. Checkpoint-aware: least
-    # work lost first (GPU-seconds since the last complete checkpoint), then priority.
-    lost_of = snapshot.work_lost
+            held = 0
+            for _, _, job_id, gpus in jobs:
+                held += gpus
+                if held > guaranteed:
+                    borrowed.add(job_id)
+        return borrowed
 
-    def lost(v: _Victim) -> float:
-        return lost_of.get(v.rj.request.id, v.g * (now - v.rj.start_time))
+    def _preemption_could_help(self, job: JobRequest, quota_block: str | None) -> bool:
+        """A cheap test before a search: is there any job ``job`` may preempt?"""
+        cfg = self.config
+        if not cfg.preemption or self.preemption_searches >= cfg.max_preemption_attempts:
+            return False
+        if quota_block is not None:  # only its own tenant's lower-priority jobs can help
+            return job.priority > self.lowest_priority_of.get(job.tenant, job.priority)
+        # Borrowed jobs of others are fair game at equal priority only once the job has
+        # waited reclaim_after_wait_s (_candidates' rule): before that (or with reclaim off)
+        # the search cannot succeed, and it costs a walk over every running job.
+        return bool(
+            (self.borrowed and self.now - job.submit_time >= cfg.reclaim_after_wait_s)
+            or (self.lowest_running_priority is not None
+                and job.priority > self.lowest_running_priority)
+        )
 
-    # Sorted on the first preemption search only: most passes never search.
-    victims_sorted: list[_Victim] = []
-    preempted: set[str] = set()
-    attempts = 0
+    def _preempt_for(self, job: JobRequest, constrained: bool):
+        """(placement, victims) for ``job`` on capacity taken from running jobs, or None.
+        A search that failed is not repeated for the same tenant, priority and constraint
+        until the state changes, unless this job needs fewer GPUs."""
+        failed_key = (job.tenant, job.priority, constrained)
+        failed = self.search_failed.get(failed_key)
+        if failed is not None and failed[0] == self.state_version and job.total_gpus >= failed[1]:
+            return None
+        self.preemption_searches += 1
+        candidates = self._candidates(job)
+        found = self._choose_victims(job, candidates, constrained) if candidates else None
+        if found is None:
+            self.search_failed[failed_key] = (self.state_version, job.total_gpus)
+        else:
+            self.capacity_epoch += 1
+        return found
 
-    # Reservation state.
-    res_job: JobRequest | None = None
-    res_T: float | None = None  # None with a reservation = unknown (depends on unestimated jobs)
-    res_msg = ""
-    fail_cache: dict[tuple, int] = {}
-    epoch = 0  # bumped whenever capacity is released (preemption), invalidating fail_cache
+    def _lost_work(self, victim: _Victim) -> float:
+        """GPU-seconds the victim loses: since its last checkpoint, else since its start."""
+        return self.work_lost.get(victim.request.id,
+                                  victim.gpus * (self.now - victim.job.start_time))
 
-    def release(v: _Victim, sign: int) -> None:
-        r = v.rj.request
-        g, c, m = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker
-        extra = res_job is not None and (res_T is None or v.end > res_T)
-        for name, w in v.rj.placement.items():
-            i = cl.index.get(name)
-            if i is not None:
-                if sign > 0:
-                    cl.give(i, w * g, w * c, w * m, extra)
-                else:
-                    cl.take(i, w * g, w * c, w * m, extra)
-        common.charge(r, -sign)
+    def _victims_in_order(self) -> list[_Victim]:
+        """Running jobs in the order they are taken: lowest priority first, then least work
+        lost (so the jobs that have run longest are the last to lose their progress);
+        checkpoint-aware: least work lost first (GPU-seconds since the last complete
+        checkpoint), then priority."""
+        if self.victim_order is None:
+            lost = self._lost_work
+            victims = [_Victim(rj, self._estimated_end(rj)) for rj in self.state.running]
+            self.victim_order = sorted(
+                victims,
+                key=(lambda v: (lost(v), v.request.priority, v.request.id))
+                if self.config.checkpoint_aware
+                else (lambda v: (v.request.priority, lost(v), v.request.id)),
+            )
+        return self.victim_order
 
-    def try_preempt(r: JobRequest, constrained: bool) -> tuple[dict[str, int], list] | None:
-        t = r.tenant
-        q = quotas[t]
-        within = common.used_g.get(t, 0) + r.total_gpus <= q.guaranteed_gpus
+    def _candidates(self, job: JobRequest) -> list[_Victim] | None:
+        """The running jobs ``job`` may preempt, in victim order; None if even all of them
+        would not free enough GPUs."""
+        cfg, now = self.config, self.now
+        within_guarantee = (self.state.used_g.get(job.tenant, 0) + job.total_gpus
+                            <= self.quotas[job.tenant].guaranteed_gpus)
         # Reclaiming borrowed capacity waits until the claimant has queued a while: most
         # borrowed jobs end by themselves in that time, and ending them early wastes work.
-        waited = now - r.submit_time
-        within = within and waited >= cfg.reclaim_after_wait_s
+        waited = now - job.submit_time
+        may_reclaim = within_guarantee and waited >= cfg.reclaim_after_wait_s
         # ... and only victims whose lost work (GPU-seconds run) is at most what the claimant
         # has lost by waiting (times reclaim_work_ratio): the longer it waits, the more it may
         # take back, but it never throws away more than it gains.
         ratio = cfg.reclaim_work_ratio
-        max_loss = INF if ratio == INF else ratio * r.total_gpus * max(waited, 0.0)
-        cands = []
-        avail = cl.free_g
-        if not live:
-            for rj in common.running:
-                live[rj.request.id] = _Victim(rj, end_of(rj))
-        if not victims_sorted and live:
-            victims_sorted.extend(sorted(
-                live.values(),
-                key=(lambda v: (lost(v), v.rj.request.priority, v.rj.request.id))
-                if cfg.checkpoint_aware
-                else (lambda v: (v.rj.request.priority, lost(v), v.rj.request.id)),
-            ))
-        for v in victims_sorted:
-            rid = v.rj.request.id
-            if rid in preempted:
+        max_loss = INF if ratio == INF else ratio * job.total_gpus * max(waited, 0.0)
+        candidates = []
+        available = self.cluster.free_g
+        for victim in self._victims_in_order():
+            victim_id = victim.request.id
+            if victim_id in self.preempted:
                 continue
-            vr = v.rj.request
-            if now - v.rj.start_time < cfg.min_runtime_before_preempt_s:
+            if now - victim.job.start_time < cfg.min_runtime_before_preempt_s:
                 continue
-            if vr.tenant == t:
-                ok = vr.priority < r.priority
-            elif rid in borrowed_ids:
-                ok = vr.priority < r.priority or (
-                    within
-                    and lost(v) <= max_loss
-                    and v.end - now >= cfg.reclaim_min_remaining_s
+            if victim.request.tenant == job.tenant:
+                allowed = victim.request.priority < job.priority
+            elif victim_id in self.borrowed:
+                allowed = victim.request.priority < job.priority or (
+                    may_reclaim
+                    and self._lost_work(victim) <= max_loss
+                    and victim.end - now >= cfg.reclaim_min_remaining_s
                 )
             else:
-                ok = False
-            if ok:
-                cands.append(v)
-                avail += v.g
-        if avail < r.total_gpus or not cands:
+                allowed = False
+            if allowed:
+                candidates.append(victim)
+                available += victim.gpus
+        if available < job.total_gpus or not candidates:
             return None
+        return candidates
 
-        def attempt() -> dict[str, int] | None:
-            if cl.free_g < r.total_gpus or common.quota_block(r) is not None:
-                return None
-            return cl.place(r, constrained)
-
+    def _choose_victims(self, job: JobRequest, candidates: list[_Victim], constrained: bool):
+        """Release candidates in order until ``job`` fits, then give back those it turns
+        out not to need (all but the last, latest first). None if it never fits."""
         chosen: list[_Victim] = []
         placement = None
-        for v in cands:
-            chosen.append(v)
-            release(v, +1)
-            placement = attempt()
+        for victim in candidates:
+            chosen.append(victim)
+            self._release(victim, +1)
+            placement = self._place_after_release(job, constrained)
             if placement is not None:
                 break
         if placement is None:
-            for v in chosen:
-                release(v, -1)
+            for victim in chosen:
+                self._release(victim, -1)
             return None
-        # Prune victims that turn out not to be needed (keep the last one).
-        for v in list(reversed(chosen[:-1])):
-            cl.unplace(r, placement, constrained)
-            release(v, -1)
-            p2 = attempt()
-            if p2 is not None:
-                placement = p2
-                chosen.remove(v)
+        for victim in list(reversed(chosen[:-1])):
+            self.cluster.unplace(job, placement, constrained)
+            self._release(victim, -1)
+            without = self._place_after_release(job, constrained)
+            if without is not None:
+                placement = without
+                chosen.remove(victim)
             else:
-                release(v, +1)
-                placement = attempt()
+                self._release(victim, +1)
+                placement = self._place_after_release(job, constrained)
                 assert placement is not None
         return placement, chosen
 
-    def make_reservation(r: JobRequest) -> None:
-        nonlocal res_job, res_T, res_msg
-        g, c, m = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker
-        n = len(cl.fg)
-        fg, fc, fm = list(cl.fg), list(cl.fc), list(cl.fm)
-        ok_model = [not r.gpu_model or cl.model[i] == r.gpu_model for i in range(n)]
-        caps = [fits_count(fg[i], fc[i], fm[i], g, c, m) if ok_model[i] else 0 for i in range(n)]
-        total = sum(caps)
-        T: float | None = now
-        if total < r.workers:
-            ends = [
-                (end_of(rj), rj.request.id, rj.request, rj.placement)
-                for rj in common.running
-                if rj.request.id not in preempted
-            ]
-            ends.extend((e, jr.id, jr, p) for jr, p, e in new_running)
-            ends.sort()  # by (end, id); ids are unique, so comparisons stop there
-            T = None
-            for e, _, jr, p in ends:
-                jg, jc, jm = jr.gpus_per_worker, jr.cpus_per_worker, jr.memory_mb_per_worker
-                for name, w in p.items():
-                    i = cl.index.get(name)
-                    if i is None:
-                        continue
-                    fg[i] += w * jg
-                    fc[i] += w * jc
-                    fm[i] += w * jm
-                    if ok_model[i]:
-                        k = fits_count(fg[i], fc[i], fm[i], g, c, m)
-                        total += k - caps[i]
-                        caps[i] = k
-                if total >= r.workers:
-                    T = None if e == INF else e
-                    break
-            else:
-                return  # cannot fit even when everything ends (nodes missing): no reservation
-        # Reserved placement at T: best fit on the future free state.
-        cand = sorted((i for i in range(n) if caps[i] > 0), key=lambda i: (fg[i], fc[i], i))
-        left = r.workers
-        placement: dict[str, int] = {}
-        for i in cand:
-            k = min(caps[i], left)
-            placement[cl.names[i]] = k
-            fg[i] -= k * g
-            fc[i] -= k * c
-            fm[i] -= k * m
-            left -= k
-            if left == 0:
-                break
-        cl.eg, cl.ec, cl.em = fg, fc, fm
-        cl.extra_g = sum(x for x in fg if x > 0)
-        res_job, res_T = r, T
-        decision.reservation = Reservation(r.id, T, placement)
-        when = (
-            f"reserved start in ~{human_duration(T - now)}"
-            if T is not None
-            else ("start depends on jobs without a runtime estimate")
-        )
-        res_msg = f"held for the {r.total_gpus}-GPU job ahead of it ({when})"
+    def _place_after_release(self, job: JobRequest, constrained: bool) -> dict[str, int] | None:
+        if self.cluster.free_g < job.total_gpus or self.state.quota_block(job) is not None:
+            return None
+        return self.cluster.place(job, constrained)
 
-    # Memos: too_large per (tenant, shape) is fixed for the pass; quota / capacity answers
-    # per (tenant, shape, constrained) stay valid while `version` (bumped on every admission,
-    # preemption or new reservation) is unchanged, since they then depend on nothing else.
-    # Shapes are numbered on first sight, so the memo keys below hash small ints, not the
-    # six-field shape, once per job.
-    shape_ids: dict[tuple, int] = {}
-    static_memo: list[tuple[str, str] | None] = []
-    state_memo: dict[tuple, tuple[int, tuple[str, str, float | None]]] = {}
-    preempt_failed: dict[tuple, tuple[int, int]] = {}
-    version = 0
-    ranker.head_found = lambda: res_job is not None
-    for r in ranker:
-        rid = r.id
-        shape_key = (r.tenant, r.workers, r.gpus_per_worker, r.cpus_per_worker,
-                     r.memory_mb_per_worker, r.gpu_model)
-        sid = shape_ids.get(shape_key)
-        if sid is None:
-            sid = shape_ids[shape_key] = len(static_memo)
-            static_memo.append(common.too_large(r))
-        tl = static_memo[sid]
-        if tl is not None:
-            pre[rid] = (tl[0], tl[1], None)
-            continue
-        est = r.estimated_duration
-        constrained = False
-        if res_job is not None:
-            constrained = not (est is not None and res_T is not None and now + est <= res_T)
-        mkey = (sid, constrained, r.priority)
-        memo = state_memo.get(mkey)
-        if memo is not None and memo[0] == version:
-            pre[rid] = memo[1]
-            continue
-        qb = common.quota_block(r)
-        need = r.total_gpus
-        key = (r.workers, r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker,
-               r.gpu_model, constrained)
-        placement = None
-        if (qb is None and need <= cl.free_g and (not constrained or need <= cl.extra_g)
-                and fail_cache.get(key) != epoch):
-            placement = cl.place(r, constrained)
-            if placement is None:
-                fail_cache[key] = epoch
-        victims: list[_Victim] = []
-        if placement is None and cfg.preemption and attempts < cfg.max_preemption_attempts and (
-            # Borrowed jobs of others are fair game at equal priority only once the job has
-            # waited reclaim_after_wait_s (try_preempt's rule): before that (or with reclaim
-            # off) the search cannot succeed, and it costs a walk over every running job.
-            (qb is None and (
-                (borrowed_ids and now - r.submit_time >= cfg.reclaim_after_wait_s)
-                or (min_prio is not None and r.priority > min_prio)
-            ))
-            or (qb is not None and r.priority > own_min_prio.get(r.tenant, r.priority))
-        ):
-            pf_key = (r.tenant, r.priority, constrained)
-            pf = preempt_failed.get(pf_key)
-            if pf is None or pf[0] != version or need < pf[1]:
-                attempts += 1
-                got = try_preempt(r, constrained)
-                if got is not None:
-                    placement, victims = got
-                    epoch += 1
+    def _release(self, victim: _Victim, sign: int) -> None:
+        """Give a victim's resources back to the pass (sign +1), or take them again (-1);
+        to the reservation's spare capacity too where the victim would have run past the
+        reserved start."""
+        r = victim.request
+        g, c, m = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker
+        spare = self.reserved_job is not None and (
+            self.reserved_start is None or victim.end > self.reserved_start
+        )
+        cluster = self.cluster
+        for name, workers in victim.job.placement.items():
+            i = cluster.index.get(name)
+            if i is not None:
+                if sign > 0:
+                    cluster.give(i, workers * g, workers * c, workers * m, spare)
                 else:
-                    preempt_failed[pf_key] = (version, need)
-        if placement is None and qb is not None:
-            pre[rid] = ("quota", qb, None)
-            state_memo[mkey] = (version, pre[rid])
-            continue
-        if placement is not None:
-            within = common.used_g.get(r.tenant, 0) + need <= quotas[r.tenant].guaranteed_gpus
-            for v in victims:
-                vid = v.rj.request.id
-                preempted.add(vid)
-                if v.rj.request.tenant == r.tenant:
-                    why = f"preempted by higher-priority job {rid} of the same tenant"
-                elif vid in borrowed_ids and within:
-                    why = (f"preempted: it ran on capacity borrowed from tenant {r.tenant}, "
-                           f"which reclaimed it for job {rid}")
-                else:
-                    why = f"preempted by higher-priority job {rid}"
-                decision.preempt.append((vid, why))
-            common.charge(r, +1)
-            ranker.admitted(r)
-            version += 1
-            admitted.add(rid)
-            decision.admit.append((rid, placement))
-            new_running.append((r, placement, INF if est is None else now + est))
-            continue
-        # Not startable now.
-        if res_job is None:
-            if cfg.backfill:
-                make_reservation(r)
-            code, msg = common.capacity_message(r)
-            estart = res_T if res_job is r else None
-            if res_job is r and res_T is not None:
-                msg += f"; next in line, reserved start in ~{human_duration(res_T - now)}"
-            elif res_job is r:
-                msg += "; next in line once jobs without a runtime estimate finish"
-            pre[rid] = (code, msg, estart)
-            if not cfg.backfill:
-                res_job = r  # plain priority queue without backfill: everything else waits
-                res_msg = f"behind job {rid}, which must start first (backfill is disabled)"
-                n = len(cl.fg)
-                cl.eg, cl.ec, cl.em = [0] * n, [0.0] * n, [0] * n
-                cl.extra_g = 0
-                res_T = None
-            version += 1
-            continue
-        # A reservation exists: would the job fit if it ignored it?
-        if constrained and need <= cl.free_g and cl.find(
-            r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker, r.gpu_model, False
-        ) >= 0:
-            why = ("it has no runtime estimate" if est is None
-                   else f"its estimated {human_duration(est)} would run past that start")
-            pre[rid] = ("reserved_for_head", f"{res_msg}; {why}", None)
-        else:
-            code, msg = common.capacity_message(r)
-            pre[rid] = (code, msg, None)
-            state_memo[mkey] = (version, pre[rid])
-    # Every job the ranker yielded is in `pre` (in yield order) unless it was admitted.
-    return waiting_in_order(pre, decision)
+                    cluster.take(i, workers * g, workers * c, workers * m, spare)
+        self.state.charge(r, -sign)
 
 
 # --------------------------------------------------------------------------- FIFO baseline

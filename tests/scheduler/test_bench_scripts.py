@@ -59,3 +59,13 @@ def test_fairshare_used_checkpoint_sim_and_the_pass_timing_run(tmp_path):
     rows = res["traces"]["philly"]["every_min"]["10.0"]
     assert {"no_preemption", "current", "checkpoint_aware"} <= set(rows)
     assert rows["no_preemption"]["lost_gpu_hours"] == 0
+
+
+def test_the_decision_recorder_writes_one_line_per_pass(tmp_path):
+    """bench/scheduler_decisions.py, which proves a refactor of the pass decides the same."""
+    out = tmp_path / "decisions.txt"
+    run_script("scheduler_decisions.py", "--count", "30", "--starts", "0", "--random", "5",
+               "--cases", "philly,random", "--out", str(out))
+    lines = out.read_text().splitlines()
+    assert {line.split()[0] for line in lines} >= {"philly0/live", "random/easy"}
+    assert all(len(line.split()[-1]) == 64 for line in lines)
