@@ -135,6 +135,23 @@ def test_runs_table_pages_in_a_fixed_number_of_queries(
     assert len(many.captured_queries) == len(few.captured_queries)
 
 
+def test_experiments_list_in_a_fixed_number_of_queries(
+    client_for, owner, project, django_assert_max_num_queries
+):
+    client = client_for(owner)
+    url = f"/projects/{project.pk}/experiments/"
+    for name in ("a", "b"):
+        log_run(owner, create_experiment(Caller(owner), f"lab-a/vision/{name}"), "r")
+    client.get(url)
+    with django_assert_max_num_queries(20) as few:
+        client.get(url)
+    for i in range(10):
+        log_run(owner, create_experiment(Caller(owner), f"lab-a/vision/e{i}"), "r")
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = client.get(url)
+    assert page.content.count(b'href="/experiments/') == 12
+
+
 def test_job_runs_and_outside_runs_appear_alike_and_link_to_each_other(
     client_for, owner, project, job_settings
 ):
