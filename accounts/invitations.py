@@ -24,11 +24,10 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from accounts.models import Invitation, Membership, Tenant, TenantRole
 from accounts.services import TENANT_MEMBERS
-from core import audit
+from core import audit, registry
 from core.access import can, require
 
 User = get_user_model()
@@ -47,13 +46,9 @@ class InvitationError(Exception):
         self.status = status
 
 
-def project_members():
-    """The project members' service (projects.services.PROJECT_MEMBERS), named by setting."""
-    return import_string(settings.GANTRY_PROJECT_MEMBERS)
-
-
 def project_roles() -> list[str]:
-    return list(project_members().roles)
+    """The project roles an invitation may grant (projects answers: core.registry)."""
+    return registry.project_roles()
 
 
 def hash_key(key: str) -> str:
@@ -246,8 +241,8 @@ def accept_invitation(
         created = False
     TENANT_MEMBERS.add(actor=inviter, place=invitation.tenant, user=user, role=invitation.role)
     if invitation.project is not None and invitation.project_role:
-        project_members().add(
-            actor=inviter, place=invitation.project, user=user, role=invitation.project_role
+        registry.add_project_member(
+            actor=inviter, project=invitation.project, user=user, role=invitation.project_role
         )
     # Conditional, so two acceptances racing on a database without row locks (SQLite)
     # cannot both count: the second finds the row taken and rolls back.

@@ -15,8 +15,8 @@ Gantry adds, and why:
   matching e-mail address or username alone: a provider account named "admin"
   must not sign in as the local break-glass administrator.
 * The `groups` claim becomes tenant and project roles at every sign-in
-  (`accounts.services.sync_oidc_user` hands it to `GANTRY_OIDC_GROUPS_HANDLER`,
-  `projects.sso.apply_groups`).
+  (`accounts.services.sync_oidc_user` asks `core.registry.apply_sso_groups`, which
+  `projects.sso.apply_groups` answers).
 
 The same JWKS validates OIDC bearer access tokens for the API
 (`accounts.authentication.OidcBearerAuthentication`).

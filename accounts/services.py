@@ -3,12 +3,10 @@
 import logging
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from accounts.members import MemberService
 from accounts.models import (
@@ -19,7 +17,7 @@ from accounts.models import (
     TokenScope,
 )
 from accounts.signals import member_removed
-from core import audit
+from core import audit, registry
 from core.access import require, tenant_role
 
 User = get_user_model()
@@ -208,8 +206,8 @@ def sync_oidc_user(
     account with the same username is linked only when it has no password (an
     administrator created it ahead of the first sign-in) and no admin rights, so a
     provider account can never take over a local one. `groups` is the `groups` claim as
-    the provider sent it; `GANTRY_OIDC_GROUPS_HANDLER` (projects.sso.apply_groups) turns
-    it into tenant and project roles. A user left in no tenant loses their API tokens.
+    the provider sent it; `core.registry.apply_sso_groups` (projects.sso.apply_groups)
+    turns it into tenant and project roles. A user left in no tenant loses their API tokens.
     """
     user = User.objects.select_for_update().filter(oidc_subject=subject).first()
     if user is None:
@@ -231,7 +229,7 @@ def sync_oidc_user(
             changed.append(name)
     if changed:
         user.save(update_fields=changed)
-    import_string(settings.GANTRY_OIDC_GROUPS_HANDLER)(user, groups)
+    registry.apply_sso_groups(user, groups)
     if not user.is_superuser and not Membership.objects.filter(user=user).exists():
         revoke_all_api_tokens(user, reason="no tenant left after single sign-on")
     return user

@@ -80,6 +80,11 @@ class ProjectMembers(MemberService):
 PROJECT_MEMBERS = ProjectMembers(ProjectMember, "projectmember")
 
 
+def project_roles() -> list[str]:
+    """The roles a project member may hold (an invitation offers them)."""
+    return list(PROJECT_MEMBERS.roles)
+
+
 def add_project_member(
     *, actor, project: Project, user, role: str = ProjectRole.VIEWER
 ) -> ProjectMember:

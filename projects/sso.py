@@ -1,8 +1,8 @@
 """Single sign-on groups become tenant and project roles.
 
-accounts signs the user in (accounts.oidc) and hands the `groups` claim to the handler
-named by `GANTRY_OIDC_GROUPS_HANDLER`: `apply_groups` here, since project roles are
-projects' business and accounts sits below projects. Each step is a function of its own:
+accounts signs the user in (accounts.oidc) and asks `core.registry.apply_sso_groups` to
+apply the `groups` claim: `apply_groups` here answers (projects/apps.py), since project
+roles are projects' business and accounts sits below projects. Each step is a function of its own:
 read the claim by the configured patterns, find the tenants and projects it names, then
 make the user's SSO-sourced memberships match; memberships granted in Gantry are never
 touched.
@@ -208,7 +208,7 @@ def sync_project_members(user, wanted: dict) -> None:
 
 def apply_groups(user, groups) -> None:
     """Make the user's SSO-sourced memberships match the `groups` claim (at every SSO
-    sign-in, inside its transaction: `GANTRY_OIDC_GROUPS_HANDLER`)."""
+    sign-in, inside its transaction: `core.registry.apply_sso_groups`)."""
     grants = parse_groups(groups)
     for group, why in grants.ignored:
         logger.warning("SSO: ignored group %r of %s: %s", group, user.username, why)

@@ -48,8 +48,6 @@ GANTRY_OIDC_TENANT_GROUP_PATTERN = setting(
 GANTRY_OIDC_PROJECT_GROUP_PATTERN = setting(
     "str", "GANTRY_OIDC_PROJECT_GROUP_PATTERN", "/labs/{tenant}/projects/{project}/{role}"
 )
-# What turns the groups claim into tenant and project roles at each SSO sign-in.
-GANTRY_OIDC_GROUPS_HANDLER = "projects.sso.apply_groups"
 for _name, _needs in (
     ("GANTRY_OIDC_TENANT_GROUP_PATTERN", ("tenant", "role")),
     ("GANTRY_OIDC_PROJECT_GROUP_PATTERN", ("tenant", "project", "role")),
@@ -112,7 +110,5 @@ DEFAULT_FROM_EMAIL = setting("str", "DEFAULT_FROM_EMAIL", "Gantry <gantry@localh
 GANTRY_INVITATION_DAYS = setting("int", "GANTRY_INVITATION_DAYS", 7)
 if not 1 <= GANTRY_INVITATION_DAYS <= 90:
     fail("GANTRY_INVITATION_DAYS", f"a number of days, 1 to 90, not {GANTRY_INVITATION_DAYS}")
-# The service that grants an invitation's project role: accounts sits below projects.
-GANTRY_PROJECT_MEMBERS = "projects.services.PROJECT_MEMBERS"
 AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins: Gantry's audit log has them
 AXES_VERBOSE = False  # a log line per failed sign-in; lockouts are in the audit log
