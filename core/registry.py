@@ -93,14 +93,14 @@ def extension_point(*, provided_by: str, many: bool = False, required: bool = Fa
 
 
 # --- core asks projects: the permission matrix (core.access re-exports these) -------------
-# projects.permissions holds the matrix (projects/apps.py registers each function).
+# projects.permissions holds the matrix (projects/apps.py registers each function). Default
+# for each: none (ImproperlyConfigured); nothing in Gantry may be reached without the matrix.
 _ACCESS = "projects (projects.permissions)"
 
 
 @extension_point(provided_by=_ACCESS, required=True)
 def can(user, action: str, obj, token=None) -> bool:
-    """May `user` take `action` on `obj`? `token` narrows what an API token may do.
-    Default: none (ImproperlyConfigured), as for every access point."""
+    """May `user` take `action` on `obj`? `token` narrows what an API token may do."""
 
 
 @extension_point(provided_by=_ACCESS, required=True)
