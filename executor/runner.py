@@ -20,6 +20,7 @@ from .checkpoints import CheckpointAgent
 from .client import Client, FatalError, GiveUp, HttpError, log_stderr
 from .code import stage_code
 from .gpu import start_sampler
+from .limits import JobLimits
 from .metrics_file import tail_metrics
 from .outputs import upload_outputs
 from .safefs import Dir
@@ -120,6 +121,7 @@ class Runner:
         self.proc: subprocess.Popen[bytes] | None = None
         # "pyhton: No such file or directory" when the sandbox could not exec the command.
         self._exec_failure: str | None = None
+        self.job_limits = JobLimits()  # the sandboxed command's cgroup and disk watch
         self.preempt_file = os.path.join(self.state_dir, "preempt")
         self.metrics_file = os.path.join(self.state_dir, f"metrics-w{cfg.worker}.jsonl")
         self.relay: mlflow_relay.Relay | None = None
@@ -327,12 +329,14 @@ class Runner:
                 start_new_session=True,
             )
         except OSError as exc:
+            self.job_limits.stop()
             self.log(f"cannot start command {command[0]!r}: {exc}")
             reason = f"cannot start command {command[0]!r}: {exc.strerror or exc}"
             if isinstance(exc, FileNotFoundError):
                 reason = f"command not found: {command[0]}"
             raise Ended("failed", reason, EXIT_CANNOT_START) from exc
         self.proc = proc
+        self.job_limits.watch()
         return proc
 
     def _watch(self, proc: subprocess.Popen[bytes], command: list[str]) -> _Watchers:
@@ -403,6 +407,7 @@ class Runner:
         for t in watchers.readers:
             t.join(1.0)
         self._killpg(signal.SIGKILL)
+        self.job_limits.stop()  # what left the process group too; the OOM count
         for t in watchers.readers:
             t.join(5.0)
         if getattr(self, "gpu", None) is not None:
@@ -427,6 +432,8 @@ class Runner:
                 reason += f"; killed with SIGKILL after {_fmt_seconds(grace)} s grace"
             else:
                 reason += f"; process {desc}"
+        elif over := self.job_limits.verdict(rc):  # "out of memory: …", "disk limit …"
+            outcome, reason = "failed", over
         elif rc in (126, 127) and self._exec_failure:
             outcome, reason = "failed", _exec_reason(self._exec_failure)
         elif rc == 0:
@@ -505,7 +512,7 @@ class Runner:
         )
         package = os.path.dirname(os.path.realpath(sandbox.__file__))
         self.log(f"sandboxed as uid {box['uid']}: sees its workdir, inputs and runtime only")
-        return sandbox.bwrap_argv(
+        argv = sandbox.bwrap_argv(
             box,
             command,
             workdir=self.workdir,
@@ -513,6 +520,9 @@ class Runner:
             metrics_file=self.metrics_file,
             executor_package=package,
         )
+        # Its cgroup, which the command joins as it starts (LimitsError is an OSError).
+        self.job_limits = JobLimits.for_sandbox(box, self.cfg.job_id, self.cfg.worker, self.workdir)
+        return self.job_limits.wrap(argv)
 
     def _killpg(self, sig: int) -> None:
         if self.proc is None:

@@ -11,7 +11,12 @@ an empty bounding set and ``no_new_privs``. Inside it sees:
   read-only and a mount point the job cannot rename, with the metrics file writable;
 * the runtime and the configured read-only paths, read-only;
 * /usr and the /etc files programs need (not /etc/shadow, not ssh keys);
-* /proc of its own PID namespace, a minimal /dev, a /tmp of its own, its GPUs' nodes.
+* /proc of its own PID namespace, a minimal /dev, a /tmp and /dev/shm of its own
+  (writable by anyone, sticky, as on a host), its GPUs' nodes;
+* of /sys only the CPU and NUMA topology and, for a GPU job, its GPUs' PCI device
+  folders (the spec's ``sys``: what CUDA and NVML read), none of the host's other devices.
+
+Its hard limits (memory, processes, CPU, disk) are limits.py's: the spec's ``limits``.
 
 The network: with ``netns_fd`` in the spec (Gantry always gives one), the command runs
 in that network namespace (``nsenter --net=/proc/<executor>/fd/<n> bwrap …``): the job
@@ -39,6 +44,8 @@ import json
 import os
 import stat
 from typing import Any
+
+from .cgroups import Limits
 
 SPEC_ENV = "GANTRY_SANDBOX"
 NS_GET_NSTYPE = 0xB703  # ioctl on a namespace descriptor: its CLONE_NEW* type
@@ -77,8 +84,9 @@ ETC = (
 )
 # Top-level directories that merged-/usr systems make symlinks into /usr.
 USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# Read-only hardware description (what Flatpak exposes): CPU topology, PCI devices.
-SYS = ("block", "bus", "class", "dev", "devices")
+# What of /sys a job sees when the spec names nothing (jobs/backends/sandbox.py adds a GPU
+# job's PCI device folders): the CPU and NUMA topology that thread pools and CUDA read.
+SYS = ("/sys/devices/system/cpu", "/sys/devices/system/node")
 
 
 class SandboxError(Exception):
@@ -91,7 +99,9 @@ def parse_spec(raw: str | None) -> dict[str, Any] | None:
     Keys: bwrap, setpriv (absolute paths), uid, gid (ints, not 0), read_only (host
     paths), devices (device nodes), shm (optional host directory for /dev/shm, shared
     by the workers of one job), netns_fd and nsenter (optional, together: the inherited
-    descriptor of the network namespace to run in, and the nsenter that enters it)."""
+    descriptor of the network namespace to run in, and the nsenter that enters it), sys
+    (paths under /sys to show, read-only; a link is made again as a link), limits
+    (optional: executor.cgroups.Limits' fields)."""
     if not raw:
         return None
     try:
@@ -118,6 +128,16 @@ def parse_spec(raw: str | None) -> dict[str, Any] | None:
         value = spec.get(key)
         if value is not None and not (isinstance(value, str) and os.path.isabs(value)):
             raise SandboxError(f"{SPEC_ENV}: {key} must be an absolute path, not {value!r}")
+    sys_paths = spec.setdefault("sys", list(SYS))
+    if not isinstance(sys_paths, list) or not all(
+        isinstance(p, str) and p.startswith("/sys/") and ".." not in p.split("/") for p in sys_paths
+    ):
+        raise SandboxError(f"{SPEC_ENV}: sys must be a list of paths under /sys")
+    if spec.get("limits") is not None:
+        try:
+            Limits.parse(spec["limits"])
+        except ValueError as exc:
+            raise SandboxError(f"{SPEC_ENV}: {exc}") from exc
     fd = spec.get("netns_fd")
     if fd is not None and (isinstance(fd, bool) or not isinstance(fd, int) or fd < 3):
         raise SandboxError(f"{SPEC_ENV}: netns_fd must be a descriptor number (3 or more)")
@@ -163,8 +183,9 @@ class _Mounts:
             self.args += ["--perms", "0755", "--dir", parent]
             self.made.add(parent)
 
-    def add(self, option: str, src: str | None, dest: str) -> None:
+    def add(self, option: str, src: str | None, dest: str, perms: str | None = None) -> None:
         self._parents(dest)
+        self.args += ["--perms", perms] if perms else []
         self.args += [option, dest] if src is None else [option, src, dest]
         if src is not None:  # a host directory's own subdirectories already exist
             self.mounted.append(dest)
@@ -195,16 +216,21 @@ def bwrap_argv(
             m.add("--ro-bind", path, path)
     for name in ETC:
         m.add("--ro-bind-try", "/etc/" + name, "/etc/" + name)
-    for name in SYS:
-        m.add("--ro-bind-try", "/sys/" + name, "/sys/" + name)
+    for path in spec.get("sys", SYS):
+        if os.path.islink(path):  # /sys/bus/pci/devices/<bus id>: a link into /sys/devices
+            m._parents(path)
+            m.args += ["--symlink", os.readlink(path), path]
+            m.made.add(path)
+        else:
+            m.add("--ro-bind-try", path, path)
     m.add("--proc", None, "/proc")
     m.add("--dev", None, "/dev")
-    m.add("--tmpfs", None, "/tmp")
+    m.add("--tmpfs", None, "/tmp", perms="1777")  # the job's own: TMPDIR
     shm = spec.get("shm")
     if shm:
         m.add("--bind", shm, "/dev/shm")
     else:
-        m.add("--tmpfs", None, "/dev/shm")
+        m.add("--tmpfs", None, "/dev/shm", perms="1777")
     for device in spec.get("devices") or []:
         m.add("--dev-bind-try", device, device)
     for path in spec.get("read_only") or []:

@@ -115,6 +115,32 @@ def test_the_workdir_is_at_job_with_the_executors_state_read_only_over_it():
     assert ("--tmpfs", None, "/tmp") in found and ("--proc", None, "/proc") in found
 
 
+def test_tmp_and_shm_are_the_jobs_own_and_writable_and_sys_shows_the_topology_only():
+    argv = argv_for()
+    for path in ("/tmp", "/dev/shm"):  # sticky and writable by all, as on a host
+        i = argv.index(path)
+        assert argv[i - 3 : i] == ["--perms", "1777", "--tmpfs"]
+    sys_mounts = [m for m in mounts(argv) if m[2].startswith("/sys")]
+    assert sys_mounts == [
+        ("--dir", None, "/sys"),
+        ("--dir", None, "/sys/devices"),
+        ("--dir", None, "/sys/devices/system"),
+        ("--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"),
+        ("--ro-bind-try", "/sys/devices/system/node", "/sys/devices/system/node"),
+    ]
+
+
+def test_a_gpu_jobs_pci_device_link_is_made_again_as_a_link(tmp_path, monkeypatch):
+    device = "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0"
+    link = "/sys/bus/pci/devices/0000:3b:00.0"
+    target = "../../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0"
+    monkeypatch.setattr(os.path, "islink", lambda p: p == link)
+    monkeypatch.setattr(os, "readlink", lambda p: target if p == link else p)
+    found = mounts(argv_for({**SPEC, "sys": ["/sys/devices/system/cpu", device, link]}))
+    assert ("--ro-bind-try", device, device) in found
+    assert ("--symlink", target, link) in found
+
+
 def test_parents_of_mount_points_are_made_walkable():
     argv = argv_for()
     i = argv.index("/opt/venv")
@@ -132,6 +158,9 @@ def test_a_bad_spec_is_refused_with_its_reason():
         (json.dumps({**SPEC, "bwrap": "bwrap"}), "bwrap must be an absolute path"),
         (json.dumps({**SPEC, "read_only": ["relative"]}), "read_only must be a list"),
         (json.dumps({**SPEC, "shm": 3}), "shm must be an absolute path"),
+        (json.dumps({**SPEC, "sys": ["/etc/shadow"]}), "sys must be a list of paths under /sys"),
+        (json.dumps({**SPEC, "sys": ["/sys/../etc"]}), "sys must be a list of paths under /sys"),
+        (json.dumps({**SPEC, "limits": {"pids": 64}}), "limits: memory_bytes must be"),
     ):
         with pytest.raises(SandboxError, match=words):
             parse_spec(raw)
