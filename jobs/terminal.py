@@ -11,6 +11,8 @@ this module starts the process and moves its bytes, the same way for both backen
   ``no_new_privs``, exactly as the job's command runs. So the shell sees what the job
   sees (its workdir at /job, the runtime, /usr) and nothing of Gantry or other jobs, and
   it dies with the job: when pid 1 of a PID namespace exits the kernel kills the rest.
+  It joins the command's cgroup first (``executor/cgroups.py join``), so what it runs
+  counts in the job's memory, CPU and process limits.
   A job that was started without a sandbox (no root, no bubblewrap: one tenant only, see
   jobs/backends/sandbox.py) gets a shell as the job ran: in its workdir, as Gantry's
   user, with none of Gantry's environment.
@@ -191,7 +193,8 @@ class LocalSession:
                     "Gantry's web process must run as root to enter a job's sandbox"
                 )
             env = terminal_env(self.job, worker, sandboxed=True, path_first=python_bin)
-            return sandboxed_argv(target, sandbox.job_uid(self.job), command), env, "/"
+            argv = sandboxed_argv(target, sandbox.job_uid(self.job), command)
+            return sandbox.in_job_cgroup(worker.child_pid, argv), env, "/"
         env = terminal_env(self.job, worker, sandboxed=False, path_first=python_bin)
         return list(command), env, worker.workdir
 

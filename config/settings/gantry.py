@@ -36,6 +36,16 @@ if GANTRY_SANDBOX_UID_BASE < 1000 or GANTRY_SANDBOX_UID_COUNT < 1:
 GANTRY_JOB_READ_ONLY_PATHS = setting(
     "list", "GANTRY_JOB_READ_ONLY_PATHS", [str(BASE_DIR / "examples")]
 )
+# Sandboxed local jobs are held in a cgroup to the memory and CPUs each asks for, and to
+# this many processes and threads per worker (a fork past it fails with EAGAIN).
+GANTRY_JOB_MAX_PROCESSES = setting("int", "GANTRY_JOB_MAX_PROCESSES", 4096)
+# Disk a sandboxed local job's worker may fill in its working directory (MiB): past it the
+# job is stopped, with that reason.
+GANTRY_JOB_DISK_MB = setting("int", "GANTRY_JOB_DISK_MB", 20 * 1024)
+if GANTRY_JOB_MAX_PROCESSES < 64:
+    fail("GANTRY_JOB_MAX_PROCESSES", "must be 64 or more (a Python job alone runs a few)")
+if GANTRY_JOB_DISK_MB < 16:
+    fail("GANTRY_JOB_DISK_MB", "must be 16 or more")
 GANTRY_HEARTBEAT_SECONDS = setting("float", "GANTRY_HEARTBEAT_SECONDS", 5.0)
 # Kicked admission passes (after submits, cancels, finished jobs) start at most this often.
 GANTRY_ADMISSION_KICK_SECONDS = setting("float", "GANTRY_ADMISSION_KICK_SECONDS", 1.0)

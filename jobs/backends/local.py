@@ -6,13 +6,15 @@ What the operating system enforces and what it does not:
   to it by UUID (``GPU-…``, from NVML or nvidia-smi; by index where UUIDs are not
   known; an empty value for CPU-only jobs). Sandboxed, only those GPUs' device nodes
   exist for it; unsandboxed, nothing stops a process from resetting the variable.
-* CPUs: enforced. The executor (and so the command and everything it starts) is
-  pinned with `sched_setaffinity` to as many cores as the job asked for, and
-  OMP/MKL/OpenBLAS thread pools are sized to match.
-* Memory: NOT enforced by the kernel (no cgroups without root). `reconcile`
-  sums the RSS of the command's process group and kills the job when it exceeds
-  the limit, so a brief spike between two checks goes unnoticed and the kernel's
-  OOM killer remains the last line.
+* Sandboxed where the machine has cgroups (jobs/backends/sandbox.py), each worker's
+  command is in a cgroup of its own: memory (the kernel's OOM killer acts in it alone,
+  and the job fails "out of memory"), CPU time (its CPUs' worth), processes
+  (GANTRY_JOB_MAX_PROCESSES) and, watched by the executor, disk in its workdir
+  (GANTRY_JOB_DISK_MB). The executor is pinned with `sched_setaffinity` to as many cores
+  as the job asked for, and OMP/MKL/OpenBLAS thread pools are sized to match.
+* Without those limits (no sandbox, no cgroups), memory is only watched: `reconcile`
+  sums the RSS of the command's process group and kills the job when it exceeds the
+  limit, so a brief spike between two checks goes unnoticed.
 * Time: the executor enforces `timeout_seconds`; reconcile is a backstop.
 
 Isolation: when this machine can (root, bubblewrap), every worker's command runs in a
@@ -512,13 +514,16 @@ class LocalBackend(Backend):
     def probe(self, job) -> list[WorkerProbe]:
         self._reap()
         probes = []
+        # Where the kernel holds a job to its memory, a sum of RSS (shared pages counted
+        # once per process) would only kill jobs that are within it.
+        watch_rss = not sandbox.sandbox_status().limits
         for worker in self._workers(job, None):
             if worker.pid is None:
                 probes.append(WorkerProbe(worker.rank, alive=False, detail="was never started"))
                 continue
             alive = process_matches(worker.pid, worker.pid_start_time)
             rss = None
-            if alive and process_matches(worker.child_pid, worker.child_start_time):
+            if watch_rss and alive and process_matches(worker.child_pid, worker.child_start_time):
                 rss = group_rss_mb(worker.child_pid)
             detail = "" if alive else f"executor process {worker.pid} is gone"
             probes.append(WorkerProbe(worker.rank, alive=alive, detail=detail, rss_mb=rss))

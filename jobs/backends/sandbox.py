@@ -15,6 +15,18 @@ as an open descriptor; only the sandboxed command enters it. Its name is removed
 as the executors are started, so the namespace ends with the last of the attempt's
 processes, whatever becomes of Gantry's worker meanwhile; a name left by a launch that
 crashed half-way is found by its prefix and removed (:func:`sweep_namespaces`).
+
+Limits: each worker's command runs in a cgroup of its own (executor/limits.py and
+executor/cgroups.py make it), held to the job's memory and CPUs, GANTRY_JOB_MAX_PROCESSES
+processes and GANTRY_JOB_DISK_MB of disk in its working directory. Gantry asks at start-up
+whether this machine can (``cgroups.py probe``: systemd scope, cgroup v2 or v1), puts the
+limits in the worker's spec when it can, and says so in plain words when it cannot. A
+terminal and a running job's TensorBoard join the command's cgroup (``cgroups.py join``);
+a finished job's TensorBoard gets one of its own with the job's limits (``cgroups.py run``).
+
+What of the host a job sees beyond its files: of /sys the CPU and NUMA topology and its
+GPUs' PCI device folders; of /dev/nvidia-caps the nodes of its GPUs' MIG instances only,
+never MIG's config or monitor capabilities (core/nvml.py reads the driver's files).
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +45,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core import checks
 
-from core.nvml import nvidia_smi_query, nvml_query
+from core.nvml import NVIDIA_PROC, gpu_sysfs, mig_caps, nvidia_smi_query, nvml_query
 
 SPEC_ENV = "GANTRY_SANDBOX"  # read by the executor: executor/sandbox.py
 PROBE_UID = 65534  # nobody: the probe only checks that a uid can be dropped to
@@ -46,6 +59,8 @@ class SandboxStatus:
     setpriv: str = ""
     ip: str = ""
     nsenter: str = ""
+    limits: str = ""  # how jobs' hard limits are set here ("cgroup v2"…); "" when they cannot be
+    limits_problem: str = ""  # why not, in plain words
 
 
 @functools.lru_cache(maxsize=4)
@@ -108,7 +123,64 @@ def _probe(mode: str) -> SandboxStatus:
         return SandboxStatus(False, f"a job cannot get a network of its own: {exc}")
     finally:
         delete_namespace(probe, ip)
-    return SandboxStatus(True, "", bwrap, setpriv, ip, nsenter)
+    limits = probe_limits()
+    kind, problem = limits["kind"], limits["problem"]
+    return SandboxStatus(True, "", bwrap, setpriv, ip, nsenter, kind, problem)
+
+
+# --- hard limits (executor/cgroups.py, run as a program: Gantry imports nothing of it) ------
+
+CGROUPS_SCRIPT = Path(settings.BASE_DIR) / "executor" / "cgroups.py"
+
+
+def _cgroups(*args: str) -> list[str]:
+    # -I: neither the script's folder (executor/code.py would shadow `code`) nor the
+    # environment on the path.
+    return [sys.executable, "-I", str(CGROUPS_SCRIPT), *args]
+
+
+def probe_limits() -> dict[str, str]:
+    """{"kind", "problem"}: whether a cgroup with limits can be made and joined here."""
+    try:
+        done = subprocess.run(
+            _cgroups("probe"), capture_output=True, text=True, timeout=30, check=False
+        )
+        return json.loads(done.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return {"kind": "", "problem": f"the cgroup probe did not answer ({exc})"}
+
+
+def in_job_cgroup(pid: int, argv: list[str]) -> list[str]:
+    """`argv` run in the cgroup of a running job's process `pid` (its command's), so that
+    it counts in the job's limits; `argv` itself where jobs get no limits."""
+    if not sandbox_status().limits:
+        return argv
+    return [*_cgroups("join", str(pid), "--"), *argv]
+
+
+def in_own_cgroup(job, name: str, argv: list[str]) -> list[str]:
+    """`argv` run in a cgroup of its own held to the job's memory, CPUs and processes
+    (what a finished job's TensorBoard gets); `argv` itself where jobs get no limits."""
+    if not sandbox_status().limits:
+        return argv
+    limits = job_limits(job)
+    return [
+        *_cgroups("run", "--name", f"{name}-{job.pk}"),
+        *("--memory-bytes", str(limits["memory_bytes"]), "--pids", str(limits["pids"])),
+        *("--cpus", str(limits["cpus"]), "--"),
+        *argv,
+    ]
+
+
+def job_limits(job) -> dict[str, int]:
+    """A worker's hard limits (executor.cgroups.Limits' fields): the job's request for
+    memory and CPUs, the installation's for processes and disk."""
+    return {
+        "memory_bytes": job.memory_mb * 1024 * 1024,
+        "pids": settings.GANTRY_JOB_MAX_PROCESSES,
+        "cpus": job.cpus,
+        "disk_bytes": settings.GANTRY_JOB_DISK_MB * 1024 * 1024,
+    }
 
 
 # --- network namespaces ------------------------------------------------------------------
@@ -315,9 +387,10 @@ NVIDIA_CONTROL = (
 )
 
 
-def gpu_devices(minors: list[int], dev: str = "/dev") -> list[str]:
-    """Device nodes a worker with these GPUs sees: its /dev/nvidia<minor> nodes and the
-    control nodes that exist; none at all for a CPU-only worker."""
+def gpu_devices(minors: list[int], dev: str = "/dev", proc: str = NVIDIA_PROC) -> list[str]:
+    """Device nodes a worker with these GPUs sees: its /dev/nvidia<minor> nodes, the
+    control nodes that exist and its GPUs' MIG capability nodes; none at all for a
+    CPU-only worker."""
     if not minors:
         return []
     nodes = [f"{dev}/nvidia{m}" for m in minors]
@@ -326,9 +399,7 @@ def gpu_devices(minors: list[int], dev: str = "/dev") -> list[str]:
         for n in NVIDIA_CONTROL
         if os.path.exists(dev + n.removeprefix("/dev"))
     ]
-    if os.path.isdir(f"{dev}/nvidia-caps"):
-        nodes.append(f"{dev}/nvidia-caps")
-    return nodes
+    return nodes + mig_caps(minors, dev, proc)
 
 
 def worker_sandbox(
@@ -344,15 +415,18 @@ def worker_sandbox(
     ]
     uid = job_uid(job)
     fake = getattr(settings, "GANTRY_LOCAL_FAKE_GPUS", 0)
-    devices = [] if fake else gpu_devices(gpu_minors(gpu_indices))
+    minors = [] if fake or not gpu_indices else gpu_minors(gpu_indices)
     spec = {
         "bwrap": status.bwrap,
         "setpriv": status.setpriv,
         "uid": uid,
         "gid": uid,
         "read_only": read_only,
-        "devices": devices,
+        "devices": gpu_devices(minors),
+        "sys": gpu_sysfs(minors),
     }
+    if status.limits:
+        spec["limits"] = job_limits(job)
     if shm is not None:
         spec["shm"] = str(shm)
     if netns_fd is not None:
@@ -366,6 +440,11 @@ def isolation_notice() -> str | None:
     if settings.GANTRY_JOB_BACKEND != "local":
         return None
     status = sandbox_status()
+    if status.available and not status.limits:
+        return (
+            f"Jobs on this machine have no hard limits: {status.limits_problem}. One job can "
+            "use all of its memory, processes and disk."
+        )
     if status.available:
         return None
     then = (
@@ -423,6 +502,16 @@ def check_sandbox(app_configs=None, **kwargs):
                 )
             )
     status = sandbox_status()
+    if status.available and not status.limits:
+        problems.append(
+            checks.Warning(
+                f"Jobs run without hard limits: {status.limits_problem}.",
+                hint="A job can then use all of this machine's memory, processes and disk. "
+                "Give Gantry cgroups: v2 with the memory, pids and cpu controllers, the v1 "
+                "hierarchies of those, or systemd.",
+                id="jobs.W022",
+            )
+        )
     if status.available:
         return problems
     if settings.GANTRY_SANDBOX == "required":

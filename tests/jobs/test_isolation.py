@@ -503,17 +503,69 @@ def test_a_gpu_worker_gets_its_own_nodes_and_the_control_nodes_only(tmp_path):
     assert sandbox.gpu_devices([], dev=dev) == []  # a CPU-only worker sees no GPU at all
 
 
+def test_a_gpu_worker_sees_its_own_mig_instances_and_pci_device_only(tmp_path):
+    """The driver's files as a machine with two GPUs in MIG mode writes them (fake tree)."""
+    proc, sysfs, dev = tmp_path / "proc", tmp_path / "sys", tmp_path / "dev"
+    for bdf, minor in (("0000:3b:00.0", 0), ("0000:86:00.0", 1)):
+        info = proc / "gpus" / bdf / "information"
+        info.parent.mkdir(parents=True)
+        info.write_text(f"Model: \t\t NVIDIA H100\nBus Location: \t {bdf}\nDevice Minor: \t {minor}\n")
+        folder = sysfs / "devices" / f"pci0000:{bdf[5:7]}" / bdf
+        folder.mkdir(parents=True)
+        (sysfs / "bus/pci/devices").mkdir(parents=True, exist_ok=True)
+        (sysfs / "bus/pci/devices" / bdf).symlink_to(f"../../../devices/pci0000:{bdf[5:7]}/{bdf}")
+    caps = proc / "capabilities"
+    for rel, minor in (
+        ("mig/config", 1), ("mig/monitor", 2),  # MIG's own: reconfigure, see everything
+        ("gpu0/mig/gi1/access", 12), ("gpu0/mig/gi1/ci0/access", 13),
+        ("gpu1/mig/gi2/access", 21), ("gpu1/mig/gi2/ci0/access", 22),
+    ):
+        (caps / rel).parent.mkdir(parents=True, exist_ok=True)
+        (caps / rel).write_text(f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n")
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (dev / name).parent.mkdir(exist_ok=True)
+        (dev / name).touch()
+    assert sandbox.gpu_devices([0], dev=str(dev), proc=str(proc)) == [
+        f"{dev}/nvidia0",
+        f"{dev}/nvidiactl",
+        f"{dev}/nvidia-uvm",
+        f"{dev}/nvidia-caps/nvidia-cap12",  # its GPU instance and compute instance only
+        f"{dev}/nvidia-caps/nvidia-cap13",
+    ]
+    from core.nvml import gpu_sysfs
+
+    assert gpu_sysfs([0], sysfs=str(sysfs), proc=str(proc)) == [
+        "/sys/devices/system/cpu",
+        "/sys/devices/system/node",
+        str(sysfs / "devices/pci0000:3b/0000:3b:00.0"),
+        str(sysfs / "bus/pci/devices/0000:3b:00.0"),
+    ]
+    assert gpu_sysfs([], sysfs=str(sysfs), proc=str(proc)) == [
+        "/sys/devices/system/cpu",
+        "/sys/devices/system/node",
+    ]
+
+
 def test_a_workers_sandbox_shows_its_runtime_but_never_gantrys_data(settings, tmp_path):
     import types
 
     settings.GANTRY_JOB_READ_ONLY_PATHS = [str(tmp_path), str(settings.DATA_DIR)]
-    job = types.SimpleNamespace(pk=70_000)
+    job = types.SimpleNamespace(pk=70_000, memory_mb=512, cpus=2)
     spec = json.loads(sandbox.worker_sandbox(job, sys.executable, [], None))
     assert spec["uid"] == spec["gid"] == settings.GANTRY_SANDBOX_UID_BASE + 70_000 % 65_536
     assert str(Path(sys.prefix).resolve()) in spec["read_only"]  # the virtualenv
     assert str(tmp_path) in spec["read_only"]
     assert str(settings.DATA_DIR) not in spec["read_only"]
     assert spec["devices"] == [] and "shm" not in spec
+    # Of /sys, a CPU-only worker sees the CPU and NUMA topology alone.
+    assert spec["sys"] == ["/sys/devices/system/cpu", "/sys/devices/system/node"]
+    if sandbox.sandbox_status().limits:  # its request, and the installation's quotas
+        assert spec["limits"] == {
+            "memory_bytes": 512 * 1024 * 1024,
+            "pids": settings.GANTRY_JOB_MAX_PROCESSES,
+            "cpus": 2,
+            "disk_bytes": settings.GANTRY_JOB_DISK_MB * 1024 * 1024,
+        }
     for exposed in (settings.DATA_DIR, settings.BASE_DIR, "/", Path(settings.DATA_DIR) / "files"):
         assert sandbox.exposes_gantry(exposed), exposed
     assert not sandbox.exposes_gantry(Path(settings.BASE_DIR) / "examples")
