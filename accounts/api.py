@@ -257,8 +257,11 @@ class InvitationSerializer(serializers.ModelSerializer):
     project = VisibleRelatedField(queryset=Project.objects.all(), required=False, allow_null=True)
     role = serializers.ChoiceField(choices=invitations.INVITABLE_ROLES, default="member")
     project_role = serializers.CharField(required=False, allow_blank=True, default="")
-    invited_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    accepted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Empty while pending (accepted_by) or once the account is gone.
+    invited_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    accepted_by = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
     status = serializers.CharField(read_only=True)
     days = serializers.IntegerField(
         write_only=True, required=False, min_value=1, max_value=invitations.MAX_DAYS

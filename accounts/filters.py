@@ -2,6 +2,7 @@ import django_filters
 from django.db.models import Q
 
 from accounts.models import ApiToken, Membership, Tenant, TenantRole
+from core.filters import IdFilter
 
 
 class TenantFilterSet(django_filters.FilterSet):
@@ -18,7 +19,7 @@ class TenantFilterSet(django_filters.FilterSet):
 class MembershipFilterSet(django_filters.FilterSet):
     q = django_filters.CharFilter(method="search", label="Search")
     role = django_filters.ChoiceFilter(choices=TenantRole.choices)
-    tenant = django_filters.NumberFilter(field_name="tenant_id")
+    tenant = IdFilter(field_name="tenant_id")
 
     class Meta:
         model = Membership

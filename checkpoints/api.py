@@ -4,7 +4,7 @@ writes them through its own endpoints, checkpoints/executor_api.py)."""
 from rest_framework import serializers, viewsets
 
 from checkpoints.models import Checkpoint, CheckpointFile
-from core.api import RestrictedViewSetMixin
+from core.api import RestrictedViewSetMixin, id_filter, int_param
 
 
 class CheckpointFileSerializer(serializers.ModelSerializer):
@@ -32,6 +32,7 @@ class CheckpointSerializer(serializers.ModelSerializer):
         ]
 
 
+@id_filter("job", "this job's checkpoints")
 class CheckpointViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     """`?job=<id>` narrows the list to one job's checkpoints, newest first."""
 
@@ -42,7 +43,7 @@ class CheckpointViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         queryset = super().get_queryset().complete().prefetch_related("files")
-        job = self.request.query_params.get("job", "") if hasattr(self, "request") else ""
-        if job.isdigit():
-            queryset = queryset.filter(job_id=int(job))
+        job = int_param(self.request, "job") if hasattr(self, "request") else None
+        if job is not None:
+            queryset = queryset.filter(job_id=job)
         return queryset.order_by("-completed_at", "-pk")

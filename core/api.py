@@ -8,9 +8,17 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import exceptions, pagination, permissions, serializers
 
 from core.access import AUTHENTICATED, can, restrict, token_of, view_action_of
+from core.filters import MAX_ID
 
 
 class Pagination(pagination.PageNumberPagination):
@@ -184,9 +192,50 @@ class RequestTooLarge(exceptions.APIException):
     default_code = "too_large"
 
 
+# A stored file's bytes, as the download endpoints answer them: typed by the file's name.
+FILE_DOWNLOAD = {
+    (200, "*/*"): OpenApiResponse(
+        OpenApiTypes.BINARY,
+        description="The file, as an attachment. Content-Type is the file's type guessed "
+        "from its name (text/plain for .txt, application/json for .json, ...), else "
+        "application/octet-stream.",
+    )
+}
+
+
+WHOLE_NUMBER = {"type": "integer", "minimum": 0}
+
+
+def id_filter(name: str, description: str):
+    """Document a list's `?<name>=<id>` narrowing (read with `int_param`)."""
+    return extend_schema_view(
+        list=extend_schema(
+            parameters=[OpenApiParameter(name, WHOLE_NUMBER, description=description)]
+        )
+    )
+
+
+def int_param(request, name: str, default: int | None = None, minimum: int = 0) -> int | None:
+    """A whole-number query parameter (absent or empty: `default`). Anything else, such as
+    `?version=null`, is a 400 naming the parameter rather than a filter quietly dropped."""
+    raw = request.query_params.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or not minimum <= value <= MAX_ID:
+        raise exceptions.ValidationError(
+            {name: [f"A whole number from {minimum}, not “{raw[:40]}”."]}
+        )
+    return value
+
+
 def exception_handler(exc, context):
     """Django's own ValidationError and PermissionDenied (raised by services) become 400 and
-    403; a body Django refuses to read (too large, too many fields) a 413 or 400 in JSON,
+    403; every 400 is an object (a bare list of messages goes under `non_field_errors`); a
+    body Django refuses to read (too large, too many fields) a 413 or 400 in JSON,
     not Django's HTML error page."""
     # Imported here: rest_framework.views reads this module's settings while it loads.
     from rest_framework.views import exception_handler as drf_exception_handler
@@ -202,4 +251,7 @@ def exception_handler(exc, context):
             exc = exceptions.ValidationError({"non_field_errors": exc.messages})
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
+    elif isinstance(exc, exceptions.ValidationError) and not isinstance(exc.detail, dict):
+        # A message not tied to one field: the same object shape as every other error.
+        exc = exceptions.ValidationError({"non_field_errors": exc.detail})
     return drf_exception_handler(exc, context)

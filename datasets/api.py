@@ -19,13 +19,20 @@ speak it):
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, parsers, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
-from core.api import RestrictedViewSetMixin, VisibleRelatedField
+from core.api import (
+    FILE_DOWNLOAD,
+    WHOLE_NUMBER,
+    RestrictedViewSetMixin,
+    VisibleRelatedField,
+    id_filter,
+    int_param,
+)
 from core.parsers import JSONParser
 from datasets import downloads, job_outputs
 from datasets.filters import DatasetFilterSet
@@ -309,6 +316,7 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         return Response(bucket_import_data(imp))
 
 
+@id_filter("dataset", "this dataset's versions")
 class DatasetVersionViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     queryset = DatasetVersion.objects.none()
     scope_field = "dataset__project"
@@ -321,9 +329,9 @@ class DatasetVersionViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSe
 
     def get_queryset(self):
         queryset = super().get_queryset().select_related("dataset__project", "created_by")
-        dataset = self.request.query_params.get("dataset", "")
-        if dataset.isdigit():
-            queryset = queryset.filter(dataset_id=int(dataset))
+        dataset = int_param(self.request, "dataset")
+        if dataset is not None:
+            queryset = queryset.filter(dataset_id=dataset)
         return queryset
 
     @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY})
@@ -345,7 +353,7 @@ class DatasetFileViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("version", OpenApiTypes.INT, description="files of this version"),
+            OpenApiParameter("version", WHOLE_NUMBER, description="files of this version"),
             OpenApiParameter("prefix", OpenApiTypes.STR, description="paths starting with this"),
         ]
     )
@@ -354,15 +362,22 @@ class DatasetFileViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         queryset = super().get_queryset().select_related("version__dataset__project")
-        version = self.request.query_params.get("version", "")
-        if version.isdigit():
-            queryset = queryset.filter(version_id=int(version))
+        version = int_param(self.request, "version")
+        if version is not None:
+            queryset = queryset.filter(version_id=version)
         prefix = self.request.query_params.get("prefix")
         if prefix:
             queryset = queryset.filter(path__startswith=prefix)
         return queryset
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    @extend_schema(
+        responses={
+            **FILE_DOWNLOAD,
+            302: OpenApiResponse(
+                description="On S3 storage: a redirect to a presigned URL of the file."
+            ),
+        }
+    )
     @action(detail=True, methods=["get"])
     def download(self, request, pk=None):
         return downloads.file_response(self.get_object())

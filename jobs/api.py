@@ -10,7 +10,14 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from core.api import RestrictedViewSetMixin, VisibleRelatedField
+from core.api import (
+    FILE_DOWNLOAD,
+    WHOLE_NUMBER,
+    RestrictedViewSetMixin,
+    VisibleRelatedField,
+    id_filter,
+    int_param,
+)
 from core.links import object_url
 from core.paging import DeferredJoinPagination
 from datasets.models import DatasetVersion
@@ -402,14 +409,18 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("worker", OpenApiTypes.INT, description="worker rank (default 0)"),
-            OpenApiParameter("after", OpenApiTypes.INT, description="lines after this seq"),
+            OpenApiParameter("worker", WHOLE_NUMBER, description="worker rank (default 0)"),
+            OpenApiParameter("after", WHOLE_NUMBER, description="lines after this seq"),
             OpenApiParameter(
                 "before",
-                OpenApiTypes.INT,
+                WHOLE_NUMBER,
                 description="instead of after: the last `limit` lines before this seq",
             ),
-            OpenApiParameter("limit", OpenApiTypes.INT, description="at most this many (≤ 5000)"),
+            OpenApiParameter(
+                "limit",
+                {"type": "integer", "minimum": 1},
+                description="at most this many (more than 5000 counts as 5000)",
+            ),
         ],
         responses=LogPageSerializer,
     )
@@ -418,16 +429,10 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
         """Log lines in seq order, one page at a time: pass `next_after` back as `after`,
         or page backwards (the job page's "load earlier lines") with `before`."""
         job = self.get_object()
-        try:
-            worker = int(request.query_params.get("worker", 0))
-            after = int(request.query_params.get("after", 0))
-            before = request.query_params.get("before")
-            before = int(before) if before not in (None, "") else None
-            limit = min(max(int(request.query_params.get("limit", 1000)), 1), 5000)
-        except ValueError:
-            raise serializers.ValidationError(
-                "worker, after, before and limit are integers."
-            ) from None
+        worker = int_param(request, "worker", 0)
+        after = int_param(request, "after", 0)
+        before = int_param(request, "before")
+        limit = min(int_param(request, "limit", 1000, minimum=1), 5000)
         count = count_lines_after(job, worker=worker, after=0)
         if before is not None:
             lines = lines_before(job, worker=worker, before=before, limit=limit)
@@ -454,7 +459,7 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
     @extend_schema(
         parameters=[
             OpenApiParameter("name", OpenApiTypes.STR),
-            OpenApiParameter("worker", OpenApiTypes.INT),
+            OpenApiParameter("worker", WHOLE_NUMBER),
         ],
         responses=MetricPointSerializer(many=True),
     )
@@ -464,8 +469,9 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
         points = MetricPoint.objects.filter(job=job).order_by("name", "step", "seq")
         if request.query_params.get("name"):
             points = points.filter(name=request.query_params["name"])
-        if request.query_params.get("worker", "").isdigit():
-            points = points.filter(worker=int(request.query_params["worker"]))
+        worker = int_param(request, "worker")
+        if worker is not None:
+            points = points.filter(worker=worker)
         page = self.paginate_queryset(points)
         return self.get_paginated_response(MetricPointSerializer(page, many=True).data)
 
@@ -478,6 +484,7 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
         return self.get_paginated_response(ArtifactSerializer(page, many=True).data)
 
 
+@id_filter("job", "this job's artifacts")
 class ArtifactViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Artifact.objects.none()
     serializer_class = ArtifactSerializer
@@ -486,12 +493,12 @@ class ArtifactViewSet(RestrictedViewSetMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         queryset = super().get_queryset().select_related("job__project")
-        job = self.request.query_params.get("job")
-        if job and job.isdigit():
-            queryset = queryset.filter(job_id=int(job))
+        job = int_param(self.request, "job")
+        if job is not None:
+            queryset = queryset.filter(job_id=job)
         return queryset
 
-    @extend_schema(responses={(200, "application/octet-stream"): OpenApiTypes.BINARY})
+    @extend_schema(responses=FILE_DOWNLOAD)
     @action(detail=True, methods=["get"])
     def download(self, request, pk=None):
         artifact = self.get_object()

@@ -8,7 +8,13 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from core.api import RestrictedViewSetMixin, VisibleRelatedField
+from core.api import (
+    FILE_DOWNLOAD,
+    RestrictedViewSetMixin,
+    VisibleRelatedField,
+    id_filter,
+    int_param,
+)
 from images.models import RuntimeImage
 from jobs.api import JobSerializer, check_mounts_within_token
 from jobs.models import Job
@@ -227,6 +233,7 @@ class RegisteredModelViewSet(
         return Response(services.compare_versions(a, b))
 
 
+@id_filter("model", "this model's versions")
 class ModelVersionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = ModelVersion.objects.none()
     scope_field = "model__project"
@@ -245,9 +252,9 @@ class ModelVersionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, views
             .select_related("model__project")
             .prefetch_related("files")
         )
-        model = self.request.query_params.get("model", "")
-        if model.isdigit():
-            queryset = queryset.filter(model_id=int(model))
+        model = int_param(self.request, "model")
+        if model is not None:
+            queryset = queryset.filter(model_id=model)
         return queryset
 
     def get_serializer_class(self):
@@ -291,7 +298,7 @@ class ModelVersionViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, views
 
     @extend_schema(
         parameters=[OpenApiParameter("path", OpenApiTypes.STR, required=True)],
-        responses={(200, "application/octet-stream"): OpenApiTypes.BINARY},
+        responses=FILE_DOWNLOAD,
     )
     @action(detail=True, methods=["get"])
     def download(self, request, pk=None):

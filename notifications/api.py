@@ -56,6 +56,11 @@ class SubscriptionUpdateSerializer(SubscriptionSerializer):
 
 
 class DeliverySerializer(serializers.ModelSerializer):
+    event = serializers.CharField(
+        read_only=True,
+        help_text="One of the subscription events, or `ping` for “Send a test”.",
+    )
+
     class Meta:
         model = Delivery
         fields = ["id", "event", "job", "state", "attempts", "last_status", "last_error",

@@ -2,6 +2,7 @@ import django_filters
 from django.db.models import Q
 
 from accounts.models import Tenant
+from core.filters import IdFilter
 from projects.models import Project, ProjectMember, ProjectRole, Visibility
 from projects.permissions import restrict, token_of
 
@@ -44,7 +45,7 @@ class ProjectFilterSet(django_filters.FilterSet):
 
 class ProjectMemberFilterSet(django_filters.FilterSet):
     role = django_filters.ChoiceFilter(choices=ProjectRole.choices)
-    project = django_filters.NumberFilter(field_name="project_id")
+    project = IdFilter(field_name="project_id")
 
     class Meta:
         model = ProjectMember
