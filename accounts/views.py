@@ -274,9 +274,11 @@ class DefaultProjectView(GantryView):
 
     def post(self, request):
         form = DefaultProjectForm(data=request.POST, user=request.user)
-        if not form.is_valid():
-            messages.error(request, " ".join(form.errors.get("default_project", [])))
-            return redirect("accounts:token_list")
+        if not form.is_valid():  # the settings page again, the choice marked as refused
+            tokens = ApiToken.objects.visible_to(request.user).select_related("project__tenant")
+            context = {"form": ApiTokenForm(user=request.user), "objects": tokens,
+                       "default_project_form": form}
+            return render(request, ApiTokenListView.template_name, context, status=400)
         project = form.cleaned_data["default_project"]
         services.set_default_project(actor=request.user, project=project)
         messages.success(

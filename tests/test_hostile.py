@@ -1357,6 +1357,10 @@ FORM_PAGES = {
     "accounts:member_add": Page("tenant", lambda w: {"user": "oscar", "role": "member"}),
     "accounts:member_edit": Page("membership", lambda w: {"role": "admin"}),
     "accounts:token_list": Page(None, lambda w: {"name": "probe", "expires_in_days": "30"}),
+    # The default project for bare MLflow names, a second form on the tokens page.
+    "accounts:default_project": Page(
+        None, lambda w: {"default_project": str(w["project"].pk)}, shown_at="/settings/tokens/"
+    ),
     "accounts:invitation_add": Page(
         "tenant", lambda w: {"email": "probe@example.org", "role": "member", "days": "7"}
     ),
