@@ -13,7 +13,7 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: run examples test test-sqlite test-postgres lint bench install clean
+.PHONY: run examples test test-fast test-sqlite test-postgres lint bench install clean
 
 RUN_STAMP := $(VENV)/.installed-run
 
@@ -53,6 +53,14 @@ lint: $(STAMP)
 
 test-sqlite: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
+
+# The quick loop: no outside service (Ceph, Keycloak, the Kubernetes control plane, the OCI
+# registry, Chromium) and no test that starts real jobs or servers (`slow`), on SQLite.
+# `make test` stays the gate; this says what it left out and how many tests that was.
+FAST_SKIP := ceph or keycloak or k8s_live or registry or browser or slow
+test-fast: $(STAMP)
+	@echo "test-fast leaves out tests marked: $(FAST_SKIP) (make test runs them)"
+	env -u DATABASE_URL -u REDIS_URL $(BIN)/python -m pytest $(XDIST) -m 'not ($(FAST_SKIP))' $(PYTEST_ARGS)
 
 # Tests marked `postgres` restart the PostgreSQL server itself: they run after the parallel
 # pass, alone, since a restart ends every other xdist worker's connections mid-test.

@@ -28,14 +28,39 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+# Outside services by the fixture that starts them: each test using one gets the marker
+# of the same name, so `make test-fast` can leave them out (`-m "not ceph and ..."`).
+SERVICE_FIXTURES = ("ceph", "keycloak", "registry")
+_browser_modules: dict[str, bool] = {}
+
+
+def _drives_a_browser(item) -> bool:
+    """Whether the test's module drives Chromium (Playwright), read once per module."""
+    path = str(item.path)
+    if path not in _browser_modules:
+        try:
+            _browser_modules[path] = "playwright" in item.path.read_text()
+        except OSError:
+            _browser_modules[path] = False
+    return _browser_modules[path]
+
+
 def pytest_itemcollected(item):
     """Under pytest-xdist (`make test`: --dist loadgroup) a test runs in any worker, and
     each worker starts the fixtures it needs for itself. Tests sharing a fixture that is
     costly to start run in one worker, which starts it once: a module's (a JupyterLab, a
-    trained model) per module, and Ceph (a monitor, an OSD, a gateway) for the session."""
+    trained model) per module, and Ceph (a monitor, an OSD, a gateway) for the session.
+
+    Each test is also marked with the outside services it needs (SERVICE_FIXTURES, and
+    `browser` for Chromium), which `make test-fast` deselects."""
     fixtures = getattr(item, "_fixtureinfo", None)
     if fixtures is None:
         return
+    for service in SERVICE_FIXTURES:
+        if service in fixtures.names_closure:
+            item.add_marker(getattr(pytest.mark, service))
+    if _drives_a_browser(item):
+        item.add_marker(pytest.mark.browser)
     if "ceph" in fixtures.names_closure:
         item.add_marker(pytest.mark.xdist_group("ceph"))
     elif any(
