@@ -25,6 +25,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
+from core import registry
 from core.api import (
     FILE_DOWNLOAD,
     WHOLE_NUMBER,
@@ -34,7 +35,7 @@ from core.api import (
     int_param,
 )
 from core.parsers import JSONParser
-from datasets import downloads, job_outputs
+from datasets import downloads
 from datasets.filters import DatasetFilterSet
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession
 from datasets.services import archives, bucket_imports, catalog, uploads, versions
@@ -270,7 +271,7 @@ class DatasetViewSet(RestrictedViewSetMixin, viewsets.ModelViewSet):
         dataset = self.get_object()
         body = FromJobSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        job = job_outputs.source().get_job(
+        job = registry.job_with_outputs(
             request.user, body.validated_data["job"], token=token_of(request)
         )
         version = versions.save_job_outputs(

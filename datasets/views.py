@@ -4,6 +4,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from core import registry
 from core.views import (
     GantryView,
     ObjectDeleteView,
@@ -11,7 +12,7 @@ from core.views import (
     ObjectListView,
     ServiceFormView,
 )
-from datasets import downloads, job_outputs
+from datasets import downloads
 from datasets.filters import DatasetFilterSet
 from datasets.forms import ArchiveForm, DatasetForm, FromJobForm
 from datasets.models import Dataset, DatasetFile, DatasetVersion, UploadSession, UploadState
@@ -141,7 +142,7 @@ class DatasetFromJobView(ServiceFormView):
     submit_label = "Save as new version"
 
     def get_form_kwargs(self, dataset):
-        jobs = job_outputs.source().jobs_with_outputs(self.request.user, dataset.project.tenant)
+        jobs = registry.jobs_with_outputs(self.request.user, dataset.project.tenant)
         return {"jobs": jobs}
 
     def perform(self, form, dataset):

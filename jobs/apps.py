@@ -9,14 +9,17 @@ class JobsConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from datasets import job_outputs
+        from core import registry
         from jobs import (
+            dataset_outputs,
             proxy,  # noqa: F401 - registers the notebook origin's system check
             tasks,
         )
         from jobs.backends import sandbox  # noqa: F401 - registers its system check
-        from jobs.dataset_outputs import JobOutputs
 
-        job_outputs.provide(JobOutputs())  # datasets may not import jobs: handed in
+        # Datasets saves a job's outputs as a version; it may not import jobs.
+        registry.jobs_with_outputs.register(dataset_outputs.jobs_with_outputs)
+        registry.job_with_outputs.register(dataset_outputs.job_with_outputs)
+        registry.job_output_files.register(dataset_outputs.job_output_files)
         post_migrate.connect(tasks.register_schedules, sender=self)
         post_spawn.connect(tasks.on_worker_spawn, dispatch_uid="jobs.adopt")

@@ -8,8 +8,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Max
 
-from core import audit
-from datasets import job_outputs, storage
+from core import audit, registry
+from datasets import storage
 from datasets.models import Blob, Dataset, DatasetFile, DatasetVersion, VersionSource
 from datasets.services.paths import BATCH, check_tree, clean_path
 from datasets.services.quotas import check_quota
@@ -123,7 +123,7 @@ def save_job_outputs(actor, job, dataset: Dataset, message: str = "") -> Dataset
     require(actor, "dataset.create", dataset)
     if job.project.tenant_id != dataset.project.tenant_id:
         raise ValidationError("The job and the dataset must be in the same tenant.")
-    outputs = job_outputs.source().files(job)
+    outputs = registry.job_output_files(job)
     if not outputs:
         raise ValidationError("This job has no output files.")
     check_quota(dataset.project.tenant, sum(f.size for f in outputs))
