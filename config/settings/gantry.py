@@ -55,9 +55,6 @@ GANTRY_WS_RECHECK_SECONDS = setting("float", "GANTRY_WS_RECHECK_SECONDS", 10.0)
 # shared cache between requests (projects.permissions.access_of). Only with Redis: a
 # per-process cache would not hear of changes made in other processes.
 GANTRY_ACCESS_CACHE = setting("bool", "GANTRY_ACCESS_CACHE", bool(REDIS_URL))
-# The module holding the permission matrix, which core's base views and API classes ask
-# (core.access): core sits below projects and cannot import it.
-GANTRY_ACCESS_POLICY = "projects.permissions"
 if GANTRY_ACCESS_CACHE and not REDIS_URL:
     fail("GANTRY_ACCESS_CACHE", "needs REDIS_URL (a cache every process shares)")
 GANTRY_HEARTBEAT_TIMEOUT_SECONDS = setting("int", "GANTRY_HEARTBEAT_TIMEOUT_SECONDS", 30)
@@ -161,8 +158,7 @@ GANTRY_PIP_NO_INDEX = setting("bool", "GANTRY_PIP_NO_INDEX", False)
 # --- Kubernetes backend (GANTRY_JOB_BACKEND=kubernetes) --------------------------------
 # Clusters are registered in the admin (cluster.KubernetesCluster); with none registered,
 # the backend uses $KUBECONFIG, or the in-cluster service account when it runs in a pod.
-# The model is named here, as AUTH_USER_MODEL is, because jobs never imports cluster.
-GANTRY_K8S_CLUSTER_MODEL = "cluster.KubernetesCluster"
+
 # API creates of admitted jobs run in this many threads at once (one client each).
 GANTRY_K8S_LAUNCH_CONCURRENCY = setting("int", "GANTRY_K8S_LAUNCH_CONCURRENCY", 16)
 GANTRY_K8S_DEFAULT_IMAGE = setting("str", "GANTRY_K8S_DEFAULT_IMAGE", "gantry/pytorch:latest")
