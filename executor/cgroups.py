@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 CONTROLLERS = ("memory", "pids", "cpu")
 BASE = "gantry"  # the cgroup the jobs' cgroups are made in
@@ -188,13 +189,17 @@ class Cgroups:
         tool = systemd_run()
         if tool:
             return SystemdScope(tool, name, limits, self)
-        unified = self.unified()
-        if unified is not None:
-            return CgroupV2.create(unified, self.own.get("", "/"), name, limits)
-        v1 = self.v1()
-        if v1 is not None:
-            return CgroupV1.create(v1, self.own, name, limits)
-        return _unavailable(self)
+        unified, v1 = self.unified(), self.v1()
+        if unified is None and v1 is None:
+            _unavailable(self)
+        for _ in range(5):
+            try:
+                if unified is not None:
+                    return CgroupV2.create(unified, self.own.get("", "/"), name, limits)
+                return CgroupV1.create(v1, self.own, name, limits)
+            except FileNotFoundError:  # the `gantry` cgroup went with another's last job
+                continue
+        raise LimitsError(f"cannot make the cgroup {name}: its parent keeps disappearing")
 
     def of_process(self, pid: int) -> list[str]:
         """The directories of the job cgroup process `pid` is in (a cgroup of a ``gantry``
@@ -212,7 +217,7 @@ class Cgroups:
         return sorted(set(found))
 
 
-def _unavailable(cgroups: Cgroups):
+def _unavailable(cgroups: Cgroups) -> NoReturn:
     kinds = sorted({f"v{h.version}" for h in cgroups.hierarchies})
     unified = next((h for h in cgroups.hierarchies if h.version == 2), None)
     detail = (
@@ -267,7 +272,9 @@ class Cgroup:
             time.sleep(0.02)
 
     def remove(self) -> None:
-        """Remove it once its processes are gone (they take a moment to exit)."""
+        """Remove it once its processes are gone (they take a moment to exit), and the
+        `gantry` cgroup with the last job in it (a service manager removing Gantry's own
+        cgroup would find it in the way)."""
         deadline = time.monotonic() + 5
         for d in self.directories:
             while True:
@@ -280,6 +287,9 @@ class Cgroup:
                     if exc.errno != errno.EBUSY or time.monotonic() > deadline:
                         raise
                     time.sleep(0.02)
+            if os.path.basename(os.path.dirname(d)) == BASE:
+                with contextlib.suppress(OSError):  # other jobs' cgroups are still in it
+                    os.rmdir(os.path.dirname(d))
 
 
 def _make(parent: str, name: str) -> str:
