@@ -62,6 +62,13 @@ class ServiceAdmin(ServiceWrites, admin.ModelAdmin):
         with refusals():
             self.delete(request, obj)
 
+    def get_deleted_objects(self, objs, request):
+        # The service deletes and decides who may: rows that go with the object (a
+        # project's code snapshots, tokens, deliveries) follow it even where their own
+        # admin is read-only. Protected rows still stop the delete.
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
     @transaction.atomic
     def delete_queryset(self, request, queryset):
         with refusals():

@@ -9,6 +9,7 @@ from jobs.models import Job
 from jobs.services.submit import submit_job
 from snapshots import services
 from snapshots.models import CodeSnapshot, SnapshotFile
+from tests.accounts.test_admin import lab_admin  # noqa: F401 (a fixture)
 from tests.snapshots.builders import make_snapshot, manifest
 
 pytestmark = pytest.mark.django_db
@@ -46,6 +47,16 @@ def test_the_delete_page_lists_the_snapshots_and_deletes_them(client_for, owner,
     assert "<li>1 jobs</li>" in page.content.decode()
     response = client.post(url, {"confirm": project.slug})
     assert response.status_code == 302, response.content
+    _gone(project, project.tenant)
+
+
+def test_a_lab_administrator_deletes_it_in_the_admin(client, lab_admin, owner, project):  # noqa: F811
+    """Snapshots are read-only in the admin, which refused the project's delete for them."""
+    _project_with_code(owner, project)
+    url = reverse("admin:projects_project_delete", args=[project.pk])
+    page = client.get(url).content.decode()
+    assert "Are you sure you want to delete" in page and "code #" in page
+    assert client.post(url, {"post": "yes"}).status_code == 302
     _gone(project, project.tenant)
 
 
