@@ -56,6 +56,23 @@ def format_pairs(values: dict) -> str:
     return "\n".join(f"{k}={show(v)}" for k, v in values.items())
 
 
+
+class DatasetVersionsField(forms.ModelMultipleChoiceField):
+    """Ids beyond the database's integers are unknown choices: Django sends the `__in`
+    lookup to the database as it is, where SQLite answers OverflowError (a 500)."""
+
+    def _check_values(self, value):
+        for pk in value or ():
+            try:
+                number = int(pk)
+            except (TypeError, ValueError):
+                continue  # Django's own message for a value that is no id
+            if not -(2**63) <= number < 2**63:
+                raise forms.ValidationError(
+                    self.error_messages["invalid_choice"], code="invalid_choice", params={"value": pk}
+                )
+        return super()._check_values(value)
+
 class NotebookJobForm(forms.Form):
     kind = JobKind.NOTEBOOK
 
@@ -77,7 +94,7 @@ class NotebookJobForm(forms.Form):
     cpus = forms.IntegerField(min_value=1, initial=1, label="CPUs")
     memory_mb = forms.IntegerField(min_value=16, initial=2048, label="Memory (MiB)")
     code_snapshot = CodeSnapshotField()
-    dataset_versions = forms.ModelMultipleChoiceField(
+    dataset_versions = DatasetVersionsField(
         queryset=None,
         required=False,
         label="Input datasets",

@@ -55,6 +55,8 @@ def test_owner_submits_a_train_job_from_the_form(client_for, owner, project):
         ({"cpus": 64}, "cpus"),
         ({"runtime": "/no/such/python"}, "runtime"),
         ({"runtime": "relative/python"}, "runtime"),
+        # Beyond SQLite's integers: Django's `__in` lookup raised OverflowError (a 500).
+        ({"dataset_versions": [str(2**70)]}, "dataset_versions"),
     ],
 )
 def test_bad_form_input_shows_field_errors_and_creates_nothing(
