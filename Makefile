@@ -13,7 +13,7 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: run examples test test-fast test-sqlite test-postgres lint bench install clean
+.PHONY: run examples docs test test-fast test-sqlite test-postgres lint bench install clean
 
 RUN_STAMP := $(VENV)/.installed-run
 
@@ -29,7 +29,7 @@ $(RUN_STAMP): pyproject.toml requirements.lock executor/pyproject.toml cli/pypro
 
 $(STAMP): $(RUN_STAMP)
 	@echo "Installing the test tools and the examples' libraries (PyTorch's CUDA build: about 2.7 GB to download, 4.8 GB installed)..."
-	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[dev,examples]' ./executor -e ./cli
+	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[dev,examples,docs]' ./executor -e ./cli
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -38,6 +38,11 @@ install: $(STAMP)
 examples: $(RUN_STAMP)
 	@echo "Installing PyTorch from PyPI: its CUDA build, even without a GPU (about 2.7 GB to download, 4.8 GB installed; examples/README.md has the CPU wheel)..."
 	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[examples]'
+
+# The manual (docs/), served offline from this checkout: http://127.0.0.1:8100/ (DOCS_PORT).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir site
+	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$${DOCS_PORT:-8100}
 
 run: $(RUN_STAMP)
 	$(BIN)/python manage.py migrate --noinput

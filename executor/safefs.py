@@ -1,6 +1,6 @@
 """The executor's only way into a job's files: descriptors that cannot leave the workdir.
 
-The rule (README, Isolation): **nothing outside the sandbox opens a job-controlled path by
+The rule (docs/admins/isolation.md): **nothing outside the sandbox opens a job-controlled path by
 name with root's rights.** The executor runs as root on the local backend and stages
 inputs, code and checkpoints into the job's working directory, and reads its checkpoints
 and outputs back, while the job's own code (as another uid, in its own mount namespace)

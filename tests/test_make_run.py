@@ -29,8 +29,9 @@ def test_make_run_shows_progress_and_skips_the_test_tools():
     assert "manage.py serve" in plan
 
 
-def test_make_test_installs_the_test_tools_and_examples():
-    assert "'.[dev,examples]'" in planned("test")
+def test_make_test_installs_the_test_tools_examples_and_docs():
+    # The docs extra: make test builds the manual with --strict (tests/core/test_docs.py).
+    assert "'.[dev,examples,docs]'" in planned("test")
 
 
 @pytest.mark.parametrize("script", ["train_digits.py", "train_digits_ddp.py", "predict_digits.py"])

@@ -1,6 +1,6 @@
 """`gantry sweep ...`: start a hyperparameter sweep from a YAML file, list, show, stop.
 
-The file is the sweep page's document (README "Hyperparameter sweeps"); it is sent as
+The file is the sweep page's document (docs/users/sweeps.md); it is sent as
 text and checked by the server, which names the field of any error. Like `run`, `start`
 sends the current folder (`--dir`) as the trials' code, unless the template names a
 code_snapshot or `--no-code` is given."""

@@ -7,8 +7,12 @@ Reads files only: no Django, no network, no MkDocs needed.
 
 import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import unquote
+
+from tests.conftest import service_required
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -115,3 +119,15 @@ def test_generator_reads_the_comment_above_a_setting(tmp_path, monkeypatch):
     ]
     assert found[0].description == "How many things there are; 0 means none."
     assert found[1].description == ""
+
+
+def test_the_site_builds_with_strict_checks(tmp_path):
+    # What `make docs` serves: MkDocs itself, --strict, so a broken link or anchor fails CI.
+    mkdocs = Path(sys.executable).with_name("mkdocs")
+    service_required("mkdocs (make install's docs extra)", mkdocs.exists())
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "site" / "admins" / "isolation" / "index.html").exists()
