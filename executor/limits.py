@@ -47,15 +47,17 @@ DISK_SCAN_SECONDS = 1.0
 
 def disk_usage(root: str, uid: int | None) -> int:
     """Bytes the files of `uid` (any owner: None) take under `root`, through descriptors
-    (os.fwalk: a link is never followed, a folder swapped for one is not entered); hard
-    links count once, each file at least MIN_FILE_BYTES."""
+    (executor/safefs.py: a link is never followed, a folder swapped for one is never
+    opened); hard links count once, each file at least MIN_FILE_BYTES."""
+    from .safefs import Dir
+
     total, seen = 0, set()
-    for _, dirnames, filenames, fd in os.fwalk(root, follow_symlinks=False):
-        for name in dirnames + filenames:
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
+    try:
+        top = Dir.workdir(root)
+    except OSError:
+        return 0
+    with top:
+        for _, st in top.walk():
             if uid is not None and st.st_uid != uid:
                 continue
             if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):

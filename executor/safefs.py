@@ -194,6 +194,12 @@ class Dir:
     def entries(self) -> Iterator[tuple[str, int]]:
         """(relative path, st_mode) of everything below, sorted, folders entered through
         :func:`open_beneath` (so never through a link), links reported, not followed."""
+        return ((rel, st.st_mode) for rel, st in self.walk())
+
+    def walk(self) -> Iterator[tuple[str, os.stat_result]]:
+        """(relative path, lstat) of everything below, as :meth:`entries`. Unlike
+        ``os.fwalk``, which opens a subfolder by name without ``O_NOFOLLOW`` and checks it
+        only afterwards, a folder swapped for a link is never opened."""
         yield from _entries(self.fd, "")
 
     def files(self) -> Iterator[str]:
@@ -268,14 +274,14 @@ class Dir:
                 os.unlink(name, dir_fd=self.fd)
 
 
-def _entries(dirfd: int, prefix: str) -> Iterator[tuple[str, int]]:
+def _entries(dirfd: int, prefix: str) -> Iterator[tuple[str, os.stat_result]]:
     for name in sorted(os.listdir(dirfd)):
         try:
             st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
         except OSError:
             continue  # gone meanwhile
         rel = prefix + name
-        yield rel, st.st_mode
+        yield rel, st
         if stat.S_ISDIR(st.st_mode):
             try:
                 fd = open_beneath(dirfd, name, DIR_FLAGS)
@@ -285,11 +291,3 @@ def _entries(dirfd: int, prefix: str) -> Iterator[tuple[str, int]]:
                 yield from _entries(fd, rel + "/")
             finally:
                 os.close(fd)
-
-
-def copy_stream(src: BinaryIO, dst: BinaryIO, chunk: int = 1 << 20) -> int:
-    n = 0
-    while data := src.read(chunk):
-        dst.write(data)
-        n += len(data)
-    return n

@@ -10,6 +10,7 @@ the systemd one the systemd-run command line. Jobs limited through Gantry end to
 tests/jobs/test_limits.py.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -183,6 +184,47 @@ def test_the_disk_counts_the_jobs_own_files_once_and_never_follows_a_link(tmp_pa
     used = disk_usage(str(work), os.getuid())
     assert (1 << 20) <= used < (1 << 20) + 20 * 4096 + 65536
     assert disk_usage(str(work), os.getuid() + 1) == 0  # nobody else's files count
+
+
+def test_the_disk_scan_never_opens_what_a_folder_swapped_for_a_link_points_at(tmp_path):
+    # The scan runs as root every second while the job can swap a folder for a link
+    # (renameat2 RENAME_EXCHANGE in a loop, a real racing process). os.fwalk opened the
+    # subfolder by name without O_NOFOLLOW: through a link to a FIFO that open blocks
+    # for good (here: the scan never returns); to a device it would open the device.
+    import threading
+
+    from tests.executor.test_root_side_files import SWAPPER
+
+    work = tmp_path / "work"
+    (work / "d").mkdir(parents=True)
+    (work / "d" / "f.bin").write_bytes(b"x" * 100)
+    os.mkfifo(tmp_path / "fifo")
+    (work / "l").symlink_to(tmp_path / "fifo")
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(work / "d"), str(work / "l"), "3"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    scans = []
+
+    def scan_while_swapping():
+        while swapper.poll() is None:
+            scans.append(disk_usage(str(work), None))
+
+    try:
+        assert swapper.stdout.readline().strip() == "ready"
+        scanner = threading.Thread(target=scan_while_swapping, daemon=True)
+        scanner.start()
+        swapper.wait(timeout=60)
+        scanner.join(timeout=60)  # bounded: a scan blocked on the FIFO never returns
+        blocked = scanner.is_alive()
+    finally:
+        swapper.kill()
+        swapper.wait()
+        if blocked:  # let the blocked open go, so the thread ends
+            with contextlib.suppress(OSError):
+                os.close(os.open(tmp_path / "fifo", os.O_WRONLY | os.O_NONBLOCK))
+    assert not blocked, "the disk scan opened the FIFO through the job's link"
+    assert len(scans) > 10
 
 
 # --- real cgroups on this machine ---------------------------------------------------------
