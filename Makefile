@@ -13,7 +13,7 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: run examples docs test test-fast test-sqlite test-postgres lint bench install clean
+.PHONY: run examples docs test test-fast test-sqlite test-postgres lint bench image-pytorch image-tensorflow install clean
 
 RUN_STAMP := $(VENV)/.installed-run
 
@@ -27,7 +27,19 @@ $(RUN_STAMP): pyproject.toml requirements.lock executor/pyproject.toml cli/pypro
 	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[notebooks]' ./executor -e ./cli
 	touch $(RUN_STAMP)
 
-$(STAMP): $(RUN_STAMP)
+# Model endpoints' serving runtime (endpoints/runtime/): MLServer in a virtualenv of its own,
+# like a serving image (its pins cannot share Gantry's: requirements.txt says why). Order-only
+# below: built when missing or when its requirements change, without reinstalling .venv.
+SERVING := .venv-serving
+SERVING_STAMP := $(SERVING)/.installed
+$(SERVING_STAMP): endpoints/runtime/requirements.txt endpoints/runtime/requirements.lock
+	test -x $(SERVING)/bin/python || $(PYTHON) -m venv $(SERVING)
+	$(SERVING)/bin/python -m pip install --upgrade pip
+	@echo "Installing the model serving runtime (MLServer, scikit-learn) into $(SERVING)..."
+	$(SERVING)/bin/python -m pip install --progress-bar on -c endpoints/runtime/requirements.lock -r endpoints/runtime/requirements.txt
+	touch $(SERVING_STAMP)
+
+$(STAMP): $(RUN_STAMP) | $(SERVING_STAMP)
 	@echo "Installing the test tools and the examples' libraries (PyTorch's CUDA build: about 2.7 GB to download, 4.8 GB installed)..."
 	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[dev,examples,docs]' ./executor -e ./cli
 	touch $(STAMP)
@@ -44,7 +56,7 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet --site-dir site
 	$(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$${DOCS_PORT:-8100}
 
-run: $(RUN_STAMP)
+run: $(RUN_STAMP) | $(SERVING_STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py seed_demo
 	@echo "Open http://$${GANTRY_HOST:-127.0.0.1}:$${GANTRY_PORT:-8000}/ and sign in as admin (password: $${GANTRY_DEMO_PASSWORD:-gantry-demo})."
@@ -83,12 +95,18 @@ test-postgres: $(STAMP)
 	else echo "PostgreSQL/Redis not reachable: skipped the PostgreSQL + Redis pass"; fi
 
 # Every benchmark in bench/ (the locustfile is the load generator's and measure.py their shared helpers: not benchmarks).
+# The full PyTorch image built with no image hub (buildah, FROM the Python image that
+# platform/dev/images-build makes from Debian's packages): about 3 minutes and 6 GB here,
+# not part of CI; writes bench/results/image_pytorch.json.
+image-pytorch image-tensorflow: $(STAMP)
+	$(BIN)/python bench/image_catalog.py $(@:image-%=%)
+
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[bench]'
 	for script in bench/*.py; do \
-		case $$script in *locustfile.py|*measure.py) continue;; esac; \
+		case $$script in *locustfile.py|*measure.py|*image_catalog.py) continue;; esac; \
 		$(BIN)/python $$script || exit 1; \
 	done
 
 clean:
-	rm -rf $(VENV) staticfiles
+	rm -rf $(VENV) $(SERVING) staticfiles

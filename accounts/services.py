@@ -95,17 +95,6 @@ class TenantMembers(MemberService):
 TENANT_MEMBERS = TenantMembers(Membership, "membership")
 
 
-def add_member(*, actor, tenant: Tenant, user, role: str = TenantRole.MEMBER) -> Membership:
-    return TENANT_MEMBERS.add(actor=actor, place=tenant, user=user, role=role)
-
-
-def change_member_role(*, actor, membership: Membership, role: str) -> Membership:
-    return TENANT_MEMBERS.change_role(actor=actor, member=membership, role=role)
-
-
-def remove_member(*, actor, membership: Membership) -> None:
-    """Remove someone from a tenant, with their roles in its projects."""
-    TENANT_MEMBERS.remove(actor=actor, member=membership)
 
 
 @transaction.atomic

@@ -275,8 +275,8 @@ def main() -> int:
 
     from accounts import services as account_services
     from cluster.models import KubernetesCluster
-    from jobs.backends import get_backend
-    from jobs.backends import k8s_manifests as m
+    from jobs.compute import get_backend
+    from jobs.compute.kubernetes import manifests as m
     from jobs.models import Job
     from jobs.services.submit import submit_job
     from jobs.tasks import launch_admitted

@@ -57,7 +57,7 @@ def run_driver(data: Path) -> int:
     django.setup()
     from kubernetes import client, config
 
-    from jobs.backends import k8s_manifests as m
+    from jobs.compute.kubernetes import manifests as m
 
     cfg = client.Configuration()
     config.load_kube_config(str(data / "admin.kubeconfig"), client_configuration=cfg)

@@ -1,7 +1,7 @@
 """Start-up cost of a local job's network namespace (issue 18).
 
 What a launch adds: `ip netns add` + `ip -n … link set lo up`, opening it, and removing
-its name once the executors hold it (jobs/backends/sandbox.py); what each worker's start
+its name once the executors hold it (jobs/compute/sandbox.py); what each worker's start
 adds: nsenter before bwrap (executor/sandbox.py). Measured against the same bwrap
 sandbox running `true` without a namespace. Needs root, bubblewrap and iproute2.
 

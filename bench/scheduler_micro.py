@@ -2,7 +2,10 @@
 """One scheduling pass timed at the issue's size (10,000 pending jobs x 1,000 nodes; a full
 cluster, a half-empty one, and trace-shaped: 18 tenants, 4,000 mostly 1-GPU jobs running),
 and what live admission adds to a pass for fair share (``entitled_history`` over 34,000
-jobs' demand). Runs without Django:
+jobs' demand). Each pass is timed beside the policy before the faster passes of issue 40
+(``bench/scheduler_policy_baseline``), alternating which goes first, on the same states in the
+same run, and the two decisions are checked to be the same (``--no-baseline``: the current
+policy alone). Runs without Django:
 
     python bench/scheduler_micro.py [--repeats 100] [--out bench/results/scheduler_pass.json]
 
@@ -35,6 +38,26 @@ from scheduling import (  # noqa: E402 - path set up above, no Django needed
     schedule,
 )
 from scheduling.policy.entitlement import entitled_history  # noqa: E402
+
+TIMED = ("p50_ms", "p99_ms", "cpu_p50_ms", "cpu_p99_ms")
+
+
+def baseline_schedule():
+    """``schedule`` of the policy before issue 40's faster passes (a frozen copy)."""
+    from bench.scheduler_policy_baseline import schedule as before
+
+    return before
+
+
+def plain_decision(decision) -> tuple:
+    """A decision as plain values, comparable across the two implementations' classes."""
+    res = decision.reservation
+    return (
+        [(job_id, dict(placement)) for job_id, placement in decision.admit],
+        list(decision.preempt),
+        {job_id: tuple(w) for job_id, w in decision.waiting.items()},
+        None if res is None else (res.job_id, res.start, dict(res.placement)),
+    )
 
 
 def trace_shaped_snapshot(seed: int = 1, running_n: int = 4_000, pending_n: int = 10_000):
@@ -93,7 +116,15 @@ def entitlement_benchmark(repeats: int, seed: int = 1, finished_n: int = 20_000)
             "load_average_1m": round(os.getloadavg()[0], 1)}
 
 
-def micro_benchmark(repeats: int, seed: int = 1) -> dict:
+def timings(times: list[float], cpu: list[float]) -> dict:
+    return {"p50_ms": round(percentile(times, 50), 2), "p99_ms": round(percentile(times, 99), 2),
+            "max_ms": round(max(times), 2), "cpu_p50_ms": round(percentile(cpu, 50), 2),
+            "cpu_p99_ms": round(percentile(cpu, 99), 2)}
+
+
+def micro_benchmark(repeats: int, seed: int = 1, baseline=None) -> dict:
+    """One pass per case, ``repeats`` times; with ``baseline`` (another ``schedule``) that one
+    too, on the same states in the same run, alternating which goes first."""
     rng = random.Random(seed)
     nodes = [Node(f"n{i:04d}", 8, 64, 512_000) for i in range(1000)]
     tenants = [f"lab-{i:02d}" for i in range(20)]
@@ -118,30 +149,39 @@ def micro_benchmark(repeats: int, seed: int = 1) -> dict:
                                        history),
         "trace_shaped": trace_shaped_snapshot(seed),
     }
+    sides = {"current": schedule}
+    if baseline is not None:
+        sides["baseline"] = baseline
     for name, snap in scenarios.items():
-        times = []
-        cpu = []  # CPU time of the pass: on a shared machine wall time measures the others too
-        dec = None
-        for _ in range(repeats):
-            gc.collect()  # GC stays enabled during the call; only leftovers are cleared
-            t0, c0 = time.perf_counter(), time.process_time()
-            dec = schedule(snap, 200.0)
-            times.append((time.perf_counter() - t0) * 1000)
-            cpu.append((time.process_time() - c0) * 1000)
+        times: dict[str, list[float]] = {side: [] for side in sides}
+        # CPU time of the pass: on a shared machine wall time measures the others too.
+        cpu: dict[str, list[float]] = {side: [] for side in sides}
+        decisions = {}
+        order = list(sides)
+        for k in range(repeats):
+            for side in (order if k % 2 == 0 else order[::-1]):
+                gc.collect()  # GC stays enabled during the call; only leftovers are cleared
+                t0, c0 = time.perf_counter(), time.process_time()
+                decisions[side] = sides[side](snap, 200.0)
+                times[side].append((time.perf_counter() - t0) * 1000)
+                cpu[side].append((time.process_time() - c0) * 1000)
+        dec = decisions["current"]
         out[name] = {
             "nodes": len(nodes),
             "pending": len(pending),
             "running": len(snap.running),
             "repeats": repeats,
-            "p50_ms": round(percentile(times, 50), 2),
-            "p99_ms": round(percentile(times, 99), 2),
-            "max_ms": round(max(times), 2),
-            "cpu_p50_ms": round(percentile(cpu, 50), 2),
-            "cpu_p99_ms": round(percentile(cpu, 99), 2),
+            **timings(times["current"], cpu["current"]),
             "load_average_1m": round(os.getloadavg()[0], 1),
             "admitted": len(dec.admit),
             "preempted": len(dec.preempt),
         }
+        if baseline is not None:
+            if plain_decision(decisions["baseline"]) != plain_decision(dec):
+                raise SystemExit(f"{name}: the current pass decides differently from the baseline")
+            before = out[name]["baseline"] = timings(times["baseline"], cpu["baseline"])
+            out[name]["current_over_baseline"] = {
+                k: round(out[name][k] / before[k], 3) for k in TIMED}
     return out
 
 
@@ -155,17 +195,28 @@ def print_micro(results: dict) -> None:
               f"(CPU p50 {m['cpu_p50_ms']} ms, p99 {m['cpu_p99_ms']} ms; "
               f"load {m['load_average_1m']}) "
               f"({m['pending']} pending, {m['nodes']} nodes, {m['running']} running)")
+        if "baseline" in m:
+            b, r = m["baseline"], m["current_over_baseline"]
+            print(f"  baseline: p50 {b['p50_ms']} ms, p99 {b['p99_ms']} ms (CPU p50 "
+                  f"{b['cpu_p50_ms']} ms, p99 {b['cpu_p99_ms']} ms); current/baseline p50 "
+                  f"x{r['p50_ms']}, p99 x{r['p99_ms']} (CPU x{r['cpu_p50_ms']}, "
+                  f"x{r['cpu_p99_ms']}); same decisions")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=100)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "scheduler_pass.json"))
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="time the current policy alone (no side-by-side baseline)")
     args = ap.parse_args(argv)
+    baseline = None if args.no_baseline else baseline_schedule()
     results = {
         "generated_by": "bench/scheduler_micro.py",
-        "command": f"python bench/scheduler_micro.py --repeats {args.repeats}",
-        "schedule_micro_benchmark": micro_benchmark(args.repeats),
+        "command": f"python bench/scheduler_micro.py --repeats {args.repeats}"
+                   + (" --no-baseline" if args.no_baseline else ""),
+        "baseline": None if args.no_baseline else "bench/scheduler_policy_baseline (1f5e4f8)",
+        "schedule_micro_benchmark": micro_benchmark(args.repeats, baseline=baseline),
         "entitled_history_benchmark": entitlement_benchmark(args.repeats),
     }
     print_micro(results)

@@ -71,6 +71,8 @@ from scheduling import (  # noqa: E402 - path set up above, no Django needed
     run_simulation,
     window,
 )
+from scheduling.sim_metrics import trace_fairness  # noqa: E402
+from scheduling.simulator import private_slices  # noqa: E402
 
 # The shared traces: beside the checkout, or where GANTRY_TRACES says.
 TRACES = os.environ.get("GANTRY_TRACES", os.path.join(os.path.dirname(ROOT), "shared", "traces"))
@@ -133,7 +135,8 @@ def before_policy(ref: str = BEFORE_REF):
     return _BEFORE[1]
 
 
-def run_one(jobs, nodes, quotas, name: str, estimate: str, before_ref: str, keep_jobs=False):
+def run_one(jobs, nodes, quotas, name: str, estimate: str, before_ref: str, keep_jobs=False,
+            private=False):
     if name == "before":
         policy, cfg = before_policy(before_ref), None
     elif name == "gantry_live":
@@ -147,7 +150,8 @@ def run_one(jobs, nodes, quotas, name: str, estimate: str, before_ref: str, keep
     else:
         policy, cfg = name, None
     res = run_simulation(jobs, nodes, quotas, policy, estimate=estimate, config=cfg,
-                         keep_jobs=keep_jobs, resume=True if name == FAIR_CEILING else None)
+                         keep_jobs=keep_jobs, resume=True if name == FAIR_CEILING else None,
+                         private=private)
     res["policy"] = name
     return res
 
@@ -157,7 +161,18 @@ def summary(r: dict) -> dict:
             "avg_wait_incl_lost_s", "p95_wait_incl_lost_s", "gpu_utilization_steady",
             "jain_index", "jain_index_capped", "preemptions", "lost_gpu_hours", "quota_violations",
             "capacity_violations", "completed", "unschedulable", "stuck", "killed_at_limit")
-    return {k: r[k] for k in keys}
+    out = {k: r[k] for k in keys}
+    if "fairness" in r:  # the sharing incentive (issue 40): rho per tenant, guarantee-fit wait
+        out["fairness"] = r["fairness"]
+        out["rho"] = {t: [x["rho"], x["jobs"]] for t, x in r["sharing"].items()
+                      if x["rho"] is not None}
+    return out
+
+
+def fairness_by_policy(rows: list[dict], policies) -> dict:
+    """The trace summary of the sharing incentive per policy (``sim_metrics.trace_fairness``)."""
+    return {p: trace_fairness([r[p]["fairness"] for r in rows if "fairness" in r[p]])
+            for p in policies}
 
 
 def goals_of(res: dict) -> dict:
@@ -180,6 +195,7 @@ def _sweep_window(args):
     jobs = window(trace, start, count)
     nodes = cluster(nodes_n)
     quotas = philly_quotas(jobs, nodes, vc)
+    private = private_slices(jobs, nodes, quotas, estimate=estimate)
     out = {"start": start, "offered_gpu_hours": round(sum(j.duration * j.num_gpus
                                                           for j in jobs) / 3600, 1),
            "arrival_span_h": round((jobs[-1].submit_time - jobs[0].submit_time) / 3600, 1)}
@@ -187,7 +203,8 @@ def _sweep_window(args):
         if name in reused:
             out[name] = reused[name]
         else:
-            out[name] = summary(run_one(jobs, nodes, quotas, name, estimate, before_ref))
+            out[name] = summary(run_one(jobs, nodes, quotas, name, estimate, before_ref,
+                                        private=private))
     out["goals"] = goals_of(out)
     out["goals_guarantee_first"] = goals_of({**out, "gantry": out[VARIANT]})
     return out
@@ -331,13 +348,15 @@ def reference_window(args: argparse.Namespace, trace, vc_nodes: dict[str, int]) 
     nodes = cluster(args.nodes)
     quotas = philly_quotas(jobs, nodes, vc_nodes)
     main_runs = {}
+    private = private_slices(jobs, nodes, quotas, estimate=args.estimate)
     for name in (*SWEEP_POLICIES, "gantry_live", "gantry_oracle"):
         if prev is not None and name in REUSABLE:
             main_runs[name] = prev["reference_window"][name]
             continue
         print(f"  reference window: {name} ...", flush=True)
         main_runs[name] = run_one(jobs, nodes, quotas, name, args.estimate, args.before_ref,
-                                  keep_jobs=True)
+                                  keep_jobs=True,
+                                  private=private if name != "gantry_oracle" else True)
     ref = {
         "setup": {
             "window_start_job": args.start,
@@ -440,6 +459,7 @@ def sweep(args: argparse.Namespace, trace, trace_path: str, vc_path: str) -> dic
         "windows_jain_capped>=0.9": capped,
         "windows_jain>=easy": vs_easy,
         "lost_total<=half_before": lost["gantry"] <= 0.5 * lost["before"],
+        "sharing_incentive": fairness_by_policy(rows, SWEEP_POLICIES),
         "windows": rows,
     }
 
@@ -470,9 +490,10 @@ def alibaba(args: argparse.Namespace) -> dict:
                "offered_load": round(sum(j.duration * j.num_gpus for j in jobs)
                                      / max(span, 1.0) / total, 2),
                "arrival_span_h": round(span / 3600, 1)}
+        private = private_slices(jobs, nodes, quotas, estimate=args.estimate)
         for name in SWEEP_POLICIES:
             row[name] = summary(run_one(jobs, nodes, quotas, name, args.estimate,
-                                        args.before_ref))
+                                        args.before_ref, private=private))
         row["goals"] = goals_of(row)
         row["goals_guarantee_first"] = goals_of({**row, "gantry": row[VARIANT]})
         rows.append(row)
@@ -485,6 +506,7 @@ def alibaba(args: argparse.Namespace) -> dict:
                   "trace_rows_skipped": trace.skip_counts, "estimate": args.estimate},
         "runs_failing": {k: [r["speedup"] for r in rows if not r["goals"][k]]
                          for k in rows[0]["goals"]},
+        "sharing_incentive": fairness_by_policy(rows, SWEEP_POLICIES),
         "runs": rows,
     }
 

@@ -30,7 +30,7 @@ class CheckpointActionView(GantryView):
     http_method_names = ["post"]
 
     def get_object(self):
-        from core.access import get_object_for_user
+        from projects.permissions import get_object_for_user
 
         queryset = Checkpoint.objects.complete().select_related("job__project__tenant")
         return get_object_for_user(

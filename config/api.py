@@ -10,6 +10,7 @@ from datasets.api import (
     DatasetViewSet,
     UploadSessionViewSet,
 )
+from endpoints.api import EndpointViewSet
 from images.api import ImageBuildViewSet, RuntimeImageViewSet
 from jobs.api import ArtifactViewSet, JobViewSet
 from modelhub.api import ModelVersionViewSet, RegisteredModelViewSet
@@ -37,4 +38,5 @@ router.register("dataset-versions", DatasetVersionViewSet, basename="datasetvers
 router.register("dataset-files", DatasetFileViewSet, basename="datasetfile")
 router.register("uploads", UploadSessionViewSet, basename="uploadsession")
 router.register("sweeps", SweepViewSet, basename="sweep")
+router.register("endpoints", EndpointViewSet, basename="endpoint")
 router.register("notification-subscriptions", SubscriptionViewSet, basename="subscription")

@@ -3,7 +3,7 @@
 `make run` serves everything from this one application under uvicorn. In production the
 proxy sends pages and the API to the WSGI application (config/wsgi.py, under gunicorn)
 and only websockets here (platform/nginx/, platform/k8s/). Notebooks have an origin and
-an ASGI application of their own (jobs/notebook_origin.py).
+an ASGI application of their own (interactive/origin.py).
 """
 
 import os
@@ -19,10 +19,12 @@ django_asgi_app = get_asgi_application()  # django.setup(), before anything impo
 
 from accounts.websocket_auth import TokenAuthMiddleware  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
+from endpoints.asgi import GatewayFirst  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Model endpoints' token calls (/serve/…) skip Django's middleware (endpoints/asgi.py).
+        "http": GatewayFirst(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             # A session cookie (browsers) or `Authorization: Bearer gty_…` (the gantry CLI).
             AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))

@@ -50,7 +50,7 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("datasets.urls")),
     path("", include("snapshots.urls")),
-    path("", include("jobs.proxy_urls")),
+    path("", include("interactive.urls")),
     path("", include("scheduling.urls")),
     path("", include("images.urls")),
     path("", include("modelhub.urls")),
@@ -58,6 +58,9 @@ urlpatterns = [
     path("", include("sweeps.urls")),
     path("", include("checkpoints.urls")),
     path("", include("telemetry.urls")),
+    path("", include("endpoints.urls")),
+    # The model endpoints' gateway (endpoints/gateway.py): token auth, not pages.
+    path("serve/", include("endpoints.serve_urls")),
     path("", include("tracking.page_urls")),
     path("admin/", admin.site.urls),
 ]

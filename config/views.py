@@ -8,14 +8,13 @@ from django.db.models import OuterRef, Q, Subquery
 from django.shortcuts import render
 
 from accounts.models import Tenant
-from core.access import AUTHENTICATED
 from core.views import GantryView
 from datasets.models import Dataset
 from jobs import states
 from jobs.models import Job, JobKind, MetricPoint
-from jobs.services.usage import usage_by_tenant
+from jobs.services.holdings import holdings_by_tenant
 from projects.models import Project
-from projects.permissions import can
+from projects.permissions import AUTHENTICATED, can
 
 # Bounded panels: the page costs the same after a day's work as after a year's.
 ACTIVE_SHOWN = 10
@@ -56,7 +55,7 @@ def my_jobs(user, tenants):
     return (
         Job.objects.visible_to(user)
         .filter(created_by=user, project__tenant__in=tenants)
-        .select_related("project")
+        .select_related("project", "scheduling")
     )
 
 
@@ -73,14 +72,15 @@ def live_context(user, tenants) -> dict:
         )
         .order_by("-finished_at", "-pk")[:RESULTS_SHOWN]
     )
-    usage = usage_by_tenant([t.pk for t in tenants])
+    usage = holdings_by_tenant([t.pk for t in tenants])
     gpus = []
     for tenant in tenants:
         quota = getattr(tenant, "quota", None)
         gpus.append(
             {
                 "tenant": tenant,
-                "in_use": usage[tenant.pk]["gpus"],
+                "in_use": usage[tenant.pk]["gpus"],  # jobs' and model endpoints' together
+                "by_endpoints": usage[tenant.pk]["services"]["gpus"],
                 "queued": usage[tenant.pk]["queued"],
                 "quota": quota,
                 "guaranteed": quota.guaranteed_gpus if quota else None,

@@ -1,6 +1,6 @@
 """NVML (nvidia-ml-py) asked about this machine's GPUs, one session per question; and the
 driver's own files (/proc/driver/nvidia) about what a job given some GPUs must see of
-the host (jobs/backends/sandbox.py). Standard library only: bench/limits_gpu_check.py
+the host (jobs/compute/sandbox.py). Standard library only: bench/limits_gpu_check.py
 runs it on a GPU machine without Django."""
 
 from __future__ import annotations

@@ -262,6 +262,29 @@ def model_version_of_input(project, entry: dict):
     return None
 
 
+# --- jobs (holdings) and scheduling (admission, cluster page) ask endpoints ------------------
+
+
+@extension_point(provided_by="endpoints (endpoints.services.serving_replicas)")
+def serving_replicas(user) -> list:
+    """The model endpoints with replicas running now that `user` may see, for the cluster
+    page: dicts of `endpoint` (the object), `replicas`, `cpus`, `memory_mb`, `gpus` (what
+    the running replicas hold). Default: none (no endpoints app)."""
+    return []
+
+
+@extension_point(provided_by="endpoints (endpoints.services.tenant_serving_holdings)", many=True)
+def service_holdings(tenant_ids=None) -> dict:
+    """What the provider's long-running services (model endpoints' replicas) of the tenants
+    `tenant_ids` (None: every tenant) hold now, besides jobs: {tenant id: {"gpus", "cpus",
+    "memory_mb", "replicas"}}, only for tenants that hold something. The replicas run as
+    processes on Gantry's own machine (the local backend's node). jobs' holdings
+    (`jobs.services.holdings`) add these to what jobs hold; scheduling's admission counts
+    them against the tenant's quota and the machine's capacity. Many providers; with
+    none, only jobs hold anything."""
+    return {}
+
+
 # --- jobs asks cluster ----------------------------------------------------------------------
 
 
@@ -269,6 +292,6 @@ def model_version_of_input(project, entry: dict):
 def kubernetes_clusters() -> list:
     """The registered Kubernetes clusters, the default first: objects with `name`,
     `in_cluster`, `kubeconfig`, `context` and `namespace_prefix`
-    (jobs.backends.k8s_client). Default: none registered (the backend then uses
+    (jobs.compute.kubernetes.client). Default: none registered (the backend then uses
     $KUBECONFIG or the in-cluster service account)."""
     return []

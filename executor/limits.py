@@ -23,7 +23,7 @@ business; this module holds what the executor does around one command: make the 
 before it starts, watch the disk while it runs, and afterwards say whether a limit
 ended it ("out of memory: …", "disk limit exceeded: …"), kill what is left of it and
 remove the cgroup. Notebooks (JupyterLab and its kernels are the command), terminals and
-TensorBoard (jobs/terminal.py, jobs/tensorboard.py join the running command's cgroup)
+TensorBoard (interactive/terminal.py, interactive/tensorboard.py join the running command's cgroup)
 count in the same limits.
 """
 

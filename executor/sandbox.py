@@ -84,7 +84,7 @@ ETC = (
 )
 # Top-level directories that merged-/usr systems make symlinks into /usr.
 USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# What of /sys a job sees when the spec names nothing (jobs/backends/sandbox.py adds a GPU
+# What of /sys a job sees when the spec names nothing (jobs/compute/sandbox.py adds a GPU
 # job's PCI device folders): the CPU and NUMA topology that thread pools and CUDA read.
 SYS = ("/sys/devices/system/cpu", "/sys/devices/system/node")
 

@@ -111,33 +111,15 @@ def stage_inputs(
     cancelled: Callable[[], bool],
     deadline: float | None,
 ) -> None:
+    """Stage the spec's input files into the workdir: every entry is checked before a byte
+    is downloaded (`input_plan`), then each file is found in place, in the blob cache or
+    downloaded (`_stage_file`)."""
     if not inputs:
         return
-    if not isinstance(inputs, list):
-        raise StagingError("spec 'inputs' must be a list")
-    # Validate every path first so nothing is downloaded for a bad spec.
-    plan: list[tuple[str, list[str], dict[str, Any], bool]] = []
-    for inp in inputs:
-        if not isinstance(inp, dict):
-            raise StagingError(f"invalid input entry {inp!r}")
-        mount = inp.get("mount", "")
-        read_only = inp.get("read_only", False)
-        if not isinstance(read_only, bool):
-            raise StagingError(f"invalid read_only {read_only!r} in mount {mount!r}: not a boolean")
-        files = inp.get("files") or []
-        for f in files:
-            if not isinstance(f, dict) or not f.get("url"):
-                raise StagingError(f"invalid input file entry {f!r} in mount {mount!r}")
-            sha = f.get("sha256")
-            if sha is not None and (
-                not isinstance(sha, str) or len(sha) != 64 or not set(sha.lower()) <= SHA256_HEX
-            ):
-                raise StagingError(f"invalid sha256 {sha!r} for input {f.get('path')!r}")
-            plan.append((str(mount), destination(mount, f.get("path")), f, read_only))
+    plan = input_plan(inputs)
     total = sum(int(f.get("size") or 0) for _, _, f, _ in plan)
     log(f"staging {len(plan)} input file(s) ({_human(total)}) into {workdir}")
     cache = BlobCache.from_env(log)
-    fetched = skipped = cached = 0
     counts = {"downloaded": 0, "cached": 0, "present": 0}
     with Dir.workdir(workdir) as work:
         for mount, parts, f, read_only in plan:
@@ -162,6 +144,35 @@ def stage_inputs(
     if cache is not None and fetched:
         with contextlib.suppress(OSError):
             cache.evict()
+
+
+def input_plan(inputs: Any) -> list[tuple[str, list[str], dict[str, Any], bool]]:
+    """Every input file as (mount, path parts below the workdir, entry, read-only), each
+    entry and path checked, so that nothing is downloaded for a bad spec."""
+    if not isinstance(inputs, list):
+        raise StagingError("spec 'inputs' must be a list")
+    plan: list[tuple[str, list[str], dict[str, Any], bool]] = []
+    for inp in inputs:
+        if not isinstance(inp, dict):
+            raise StagingError(f"invalid input entry {inp!r}")
+        mount = inp.get("mount", "")
+        read_only = inp.get("read_only", False)
+        if not isinstance(read_only, bool):
+            raise StagingError(f"invalid read_only {read_only!r} in mount {mount!r}: not a boolean")
+        for f in inp.get("files") or []:
+            _check_file_entry(f, mount)
+            plan.append((str(mount), destination(mount, f.get("path")), f, read_only))
+    return plan
+
+
+def _check_file_entry(f: Any, mount: str) -> None:
+    if not isinstance(f, dict) or not f.get("url"):
+        raise StagingError(f"invalid input file entry {f!r} in mount {mount!r}")
+    sha = f.get("sha256")
+    if sha is not None and (
+        not isinstance(sha, str) or len(sha) != 64 or not set(sha.lower()) <= SHA256_HEX
+    ):
+        raise StagingError(f"invalid sha256 {sha!r} for input {f.get('path')!r}")
 
 
 def _stage_file(

@@ -45,6 +45,16 @@ class BuildError(Exception):
     """The build cannot go on; the message is shown on the build page."""
 
 
+def pip_sources() -> list[str]:
+    """Where builds' pip looks for packages (GANTRY_PIP_*), as pip's options."""
+    options = ["--no-index"] if settings.GANTRY_PIP_NO_INDEX else []
+    if settings.GANTRY_PIP_INDEX_URL:
+        options += ["--index-url", settings.GANTRY_PIP_INDEX_URL]
+    if settings.GANTRY_PIP_FIND_LINKS:
+        options += ["--find-links", settings.GANTRY_PIP_FIND_LINKS]
+    return options
+
+
 def pip_install(requirements: list[str], python_version: str, target: Path, log) -> None:
     """Pure-Python wheels for `python_version`, installed into `target` (never run here)."""
     major_minor = ".".join(python_version.split(".")[:2])
@@ -68,13 +78,7 @@ def pip_install(requirements: list[str], python_version: str, target: Path, log)
         "--python-version",
         major_minor,
     ]
-    if settings.GANTRY_PIP_NO_INDEX:
-        command.append("--no-index")
-    if settings.GANTRY_PIP_INDEX_URL:
-        command += ["--index-url", settings.GANTRY_PIP_INDEX_URL]
-    if settings.GANTRY_PIP_FIND_LINKS:
-        command += ["--find-links", settings.GANTRY_PIP_FIND_LINKS]
-    command += ["--", *requirements]
+    command += [*pip_sources(), "--", *requirements]
     log(f"$ pip install --target … --python-version {major_minor} (pure-Python wheels only)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GANTRY_", "PIP_"))}
     try:
@@ -135,7 +139,12 @@ def make_layer(entries: list[tuple[str, bytes, int]]) -> tuple[bytes, str]:
 
 
 def build_image(build, log: Callable[[str], None], progress: Callable[[int, str], None]):
-    """Push build.target and return (digest, labels). Raises BuildError or RegistryError."""
+    """Push build.target and return (digest, labels). Raises BuildError or RegistryError.
+
+    The steps: read the base image, gather the new layer's files (uploaded files and
+    pip-installed requirements), push the layer beside the base's, then the config and
+    the manifest that add it.
+    """
     base = build.base
     if base is None:
         raise BuildError("The base image was deleted before the build ran.")
@@ -150,28 +159,11 @@ def build_image(build, log: Callable[[str], None], progress: Callable[[int, str]
         log(
             f"base manifest {manifest.digest} ({manifest.media_type}), {len(manifest.layers)} layers"
         )
-
-        entries: list[tuple[str, bytes, int]] = []
-        for item in build.files:
-            with default_storage.open(item["storage"], "rb") as handle:
-                data = handle.read()
-            if hashlib.sha256(data).hexdigest() != item["sha256"]:
-                raise BuildError(f"The stored copy of {item['path']} is damaged; upload it again.")
-            entries.append((item["path"].lstrip("/"), data, 0o644))
-            log(f"file {item['path']} ({len(data)} bytes)")
-
+        entries = _uploaded_files(build, log)
         requirements = [r for r in build.requirements.splitlines() if r.strip()]
         if requirements:
             progress(15, "installing packages")
-            with tempfile.TemporaryDirectory(prefix="gantry-build-") as tmp:
-                site = Path(tmp) / "site"
-                pip_install(requirements, base.python_version, site, log)
-                for path in sorted(site.rglob("*")):
-                    if path.is_file() and "__pycache__" not in path.parts:
-                        rel = path.relative_to(site).as_posix()
-                        mode = 0o755 if os.access(path, os.X_OK) else 0o644
-                        entries.append((f"{PACKAGES_DIR}/{rel}", path.read_bytes(), mode))
-            log(f"{len(requirements)} requirement(s) installed under /{PACKAGES_DIR}")
+            entries += _installed_packages(requirements, base.python_version, log)
 
         progress(45, "writing the layer")
         layer, diff_id = make_layer(entries)
@@ -179,54 +171,17 @@ def build_image(build, log: Callable[[str], None], progress: Callable[[int, str]
 
         progress(55, "pushing layers")
         repository = target.repository
-        for existing in manifest.layers:
-            digest = existing["digest"]
-            if client.blob_exists(repository, digest):
-                continue
-            if repository == base.repository or not client.mount_blob(
-                repository, digest, base.repository
-            ):
-                client.upload_blob(repository, client.blob(base.repository, digest))
-            log(f"layer {digest[:19]} is in {repository}")
+        _copy_base_layers(client, manifest, base.repository, repository, log)
         layer_digest = client.upload_blob(repository, layer)
         log(f"pushed layer {layer_digest}")
 
         progress(75, "writing the image config")
-        docker = manifest.media_type == DOCKER_MANIFEST
-        inner = config.setdefault("config", {})
-        env = [e for e in inner.get("Env") or [] if not e.startswith("PYTHONPATH=")]
-        old_path = next(
-            (e.split("=", 1)[1] for e in inner.get("Env") or [] if e.startswith("PYTHONPATH=")),
-            "",
-        )
-        if requirements:
-            env.append(f"PYTHONPATH=/{PACKAGES_DIR}" + (f":{old_path}" if old_path else ""))
-        elif old_path:
-            env.append(f"PYTHONPATH={old_path}")
-        inner["Env"] = env
-        labels = dict(inner.get("Labels") or {})
-        labels.update(
-            {
-                "org.opencontainers.image.base.name": f"{base.registry}/{base.repository}",
-                "org.opencontainers.image.base.digest": manifest.digest,
-                "org.gantry.build": str(build.pk),
-            }
-        )
-        inner["Labels"] = labels
-        config.setdefault("rootfs", {"type": "layers", "diff_ids": []})["diff_ids"].append(diff_id)
-        now = timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ")
-        config["created"] = now
-        config.setdefault("history", []).append(
-            {
-                "created": now,
-                "created_by": f"gantry build #{build.pk}",
-                "comment": f"{len(build.files)} file(s), {len(requirements)} package(s)",
-            }
-        )
+        labels = _extend_config(config, build, base, manifest, diff_id, bool(requirements))
         config_bytes = json.dumps(config, separators=(",", ":")).encode()
         config_digest = client.upload_blob(repository, config_bytes)
 
         progress(90, "pushing the manifest")
+        docker = manifest.media_type == DOCKER_MANIFEST
         new_manifest = dict(manifest.data)
         new_manifest["config"] = {
             "mediaType": DOCKER_CONFIG if docker else OCI_CONFIG,
@@ -251,3 +206,82 @@ def build_image(build, log: Callable[[str], None], progress: Callable[[int, str]
         if check != digest:
             log(f"note: the registry reports {check}, the push answered {digest}")
         return check, labels
+
+
+def _uploaded_files(build, log) -> list[tuple[str, bytes, int]]:
+    """The build's uploaded files as layer entries, each checked against its digest."""
+    entries = []
+    for item in build.files:
+        with default_storage.open(item["storage"], "rb") as handle:
+            data = handle.read()
+        if hashlib.sha256(data).hexdigest() != item["sha256"]:
+            raise BuildError(f"The stored copy of {item['path']} is damaged; upload it again.")
+        entries.append((item["path"].lstrip("/"), data, 0o644))
+        log(f"file {item['path']} ({len(data)} bytes)")
+    return entries
+
+
+def _installed_packages(requirements: list[str], python_version, log) -> list[tuple[str, bytes, int]]:
+    """The requirements pip-installed for the base's Python, as entries under PACKAGES_DIR."""
+    entries = []
+    with tempfile.TemporaryDirectory(prefix="gantry-build-") as tmp:
+        site = Path(tmp) / "site"
+        pip_install(requirements, python_version, site, log)
+        for path in sorted(site.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                rel = path.relative_to(site).as_posix()
+                mode = 0o755 if os.access(path, os.X_OK) else 0o644
+                entries.append((f"{PACKAGES_DIR}/{rel}", path.read_bytes(), mode))
+    log(f"{len(requirements)} requirement(s) installed under /{PACKAGES_DIR}")
+    return entries
+
+
+def _copy_base_layers(client, manifest, base_repository: str, repository: str, log) -> None:
+    """Make the base's layers present in the target repository: mounted where the registry
+    can, copied where it cannot."""
+    for existing in manifest.layers:
+        digest = existing["digest"]
+        if client.blob_exists(repository, digest):
+            continue
+        if repository == base_repository or not client.mount_blob(
+            repository, digest, base_repository
+        ):
+            client.upload_blob(repository, client.blob(base_repository, digest))
+        log(f"layer {digest[:19]} is in {repository}")
+
+
+def _extend_config(config: dict, build, base, manifest, diff_id: str, packages: bool) -> dict:
+    """Add the new layer to the image config (in place): PYTHONPATH for the installed
+    packages, labels naming the base and the build, a history entry. Returns the labels."""
+    inner = config.setdefault("config", {})
+    env = [e for e in inner.get("Env") or [] if not e.startswith("PYTHONPATH=")]
+    old_path = next(
+        (e.split("=", 1)[1] for e in inner.get("Env") or [] if e.startswith("PYTHONPATH=")),
+        "",
+    )
+    if packages:
+        env.append(f"PYTHONPATH=/{PACKAGES_DIR}" + (f":{old_path}" if old_path else ""))
+    elif old_path:
+        env.append(f"PYTHONPATH={old_path}")
+    inner["Env"] = env
+    labels = dict(inner.get("Labels") or {})
+    labels.update(
+        {
+            "org.opencontainers.image.base.name": f"{base.registry}/{base.repository}",
+            "org.opencontainers.image.base.digest": manifest.digest,
+            "org.gantry.build": str(build.pk),
+        }
+    )
+    inner["Labels"] = labels
+    config.setdefault("rootfs", {"type": "layers", "diff_ids": []})["diff_ids"].append(diff_id)
+    now = timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+    config["created"] = now
+    requirements = len([r for r in build.requirements.splitlines() if r.strip()])
+    config.setdefault("history", []).append(
+        {
+            "created": now,
+            "created_by": f"gantry build #{build.pk}",
+            "comment": f"{len(build.files)} file(s), {requirements} package(s)",
+        }
+    )
+    return labels

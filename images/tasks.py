@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from images import services
-from images.builder import BuildError, build_image
+from images import buildah, builder, services
+from images.builder import BuildError
 from images.registry import RegistryError
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,9 @@ def run_build(build_id: int) -> str:
         services.record_build_progress(build, percent, step)
 
     try:
-        digest, labels = build_image(build, log, progress)
+        engine = buildah if buildah.available() else builder
+        log(f"builder: {'buildah' if engine is buildah else 'registry only (one layer)'}")
+        digest, labels = engine.build_image(build, log, progress)
         services.finish_build(build, digest, labels)
         return "succeeded"
     except (BuildError, RegistryError) as exc:

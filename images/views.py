@@ -11,7 +11,7 @@ from core.views import (
     ObjectListView,
     ServiceFormView,
 )
-from images import services
+from images import buildah, services
 from images.filters import RuntimeImageFilterSet
 from images.forms import ImageBuildForm, ImageEditForm, ImageForm
 from images.models import ImageBuild, RuntimeImage
@@ -105,7 +105,8 @@ class RuntimeImageDeleteView(ObjectDeleteView):
 
 
 class ImageBuildCreateView(ServiceFormView):
-    """A custom image on top of the image `pk`: files and pure-Python packages."""
+    """A custom image on top of the image `pk`: files and packages (images.buildah, or
+    pure-Python ones where there is no buildah: images.builder)."""
 
     model = RuntimeImage
     permission_action = "image.view"  # the base; the service checks image.create on the tenant
@@ -125,6 +126,9 @@ class ImageBuildCreateView(ServiceFormView):
         elif self.request.tenant:
             kwargs["initial"] = {"tenant": self.request.tenant.pk}
         return kwargs
+
+    def get_context(self, form, image):
+        return {**super().get_context(form, image), "real_builder": buildah.available()}
 
     def perform(self, form, image):
         data = form.cleaned_data

@@ -57,6 +57,9 @@ class JobSerializer(serializers.ModelSerializer):
     image_reference = serializers.SerializerMethodField()
     image_digest = serializers.SerializerMethodField()
     image_note = serializers.SerializerMethodField()
+    # The scheduler's view of a queued job (its JobScheduling row; null when it has none).
+    queue_position = serializers.IntegerField(read_only=True, allow_null=True)
+    estimated_start_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
     class Meta:
         model = Job
@@ -197,9 +200,9 @@ class JobListSerializer(JobSerializer):
             "created_at": date(row["created_at"]),
             "started_at": date(row["started_at"]) if row["started_at"] else None,
             "finished_at": date(row["finished_at"]) if row["finished_at"] else None,
-            "queue_position": row["queue_position"],
+            "queue_position": row["scheduling__queue_position"],
             "estimated_start_at": (
-                date(row["estimated_start_at"]) if row["estimated_start_at"] else None
+                date(eta) if (eta := row["scheduling__estimated_start_at"]) else None
             ),
             "image": row["image_record__image_id"],
             "image_reference": row["image_record__reference"],  # None without a record
@@ -224,8 +227,8 @@ JOB_LIST_COLUMNS = [
     "created_at",
     "started_at",
     "finished_at",
-    "queue_position",
-    "estimated_start_at",
+    "scheduling__queue_position",
+    "scheduling__estimated_start_at",
     "image_record__image_id",
     "image_record__reference",
     "image_record__digest",
@@ -355,7 +358,9 @@ class JobViewSet(RestrictedViewSetMixin, mixins.CreateModelMixin, viewsets.ReadO
         queryset = super().get_queryset()
         if self.action == "list":
             return queryset  # filtered and counted on the jobs table; page_rows reads the page
-        queryset = queryset.select_related("project", "created_by", "image_record__image")
+        queryset = queryset.select_related(
+            "project", "created_by", "image_record__image", "scheduling"
+        )
         if self.action == "retrieve":
             queryset = queryset.prefetch_related("worker_set", "events__actor")
         return queryset

@@ -10,12 +10,8 @@ class JobsConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from core import registry
-        from jobs import (
-            dataset_outputs,
-            proxy,  # noqa: F401 - registers the notebook origin's system check
-            tasks,
-        )
-        from jobs.backends import sandbox  # noqa: F401 - registers its system check
+        from jobs import dataset_outputs, tasks
+        from jobs.compute import sandbox  # noqa: F401 - registers its system check
 
         # Datasets saves a job's outputs as a version; it may not import jobs.
         registry.jobs_with_outputs.register(dataset_outputs.jobs_with_outputs)

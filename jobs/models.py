@@ -62,7 +62,11 @@ class Job(models.Model):
     # RESTRICT, not PROTECT: a snapshot a job ran stays while the job does, but deleting
     # the project takes both (its jobs and snapshots cascade from it together).
     code_snapshot = models.ForeignKey(
-        "snapshots.CodeSnapshot", null=True, blank=True, on_delete=models.RESTRICT, related_name="jobs"
+        "snapshots.CodeSnapshot",
+        null=True,
+        blank=True,
+        on_delete=models.RESTRICT,
+        related_name="jobs",
     )
     outputs_dir = models.CharField(max_length=200, default="outputs")
     timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
@@ -84,15 +88,11 @@ class Job(models.Model):
     token_hash = models.CharField(max_length=64, blank=True, editable=False)
     backend = models.CharField(max_length=32, default="local")
     placement = models.JSONField(default=dict, blank=True)
-    # The scheduler's view of a queued job, rewritten by every admission pass (None when
-    # the job is not waiting, or the policy cannot tell).
-    queue_position = models.PositiveIntegerField(null=True, blank=True)
-    estimated_start_at = models.DateTimeField(null=True, blank=True)
     # Preemption: asked to stop to make room (it goes back to the queue, not to failed),
     # and how often that happened to this job.
     preempt_requested_at = models.DateTimeField(null=True, blank=True)
     preemptions = models.PositiveIntegerField(default=0)
-    # Notebooks: the last proxied request (jobs/proxy.py updates it); idle notebooks stop.
+    # Notebooks: the last proxied request (interactive/proxy.py updates it); idle notebooks stop.
     last_activity_at = models.DateTimeField(null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
@@ -125,6 +125,18 @@ class Job(models.Model):
     def get_absolute_url(self):
         return object_url("jobs:job_detail", self.pk)
 
+    # The scheduler's view of a queued job lives in its own row (JobScheduling), written
+    # by every admission pass; these read it (None while the job has none).
+    @property
+    def queue_position(self) -> int | None:
+        row = getattr(self, "scheduling", None)
+        return row.queue_position if row else None
+
+    @property
+    def estimated_start_at(self):
+        row = getattr(self, "scheduling", None)
+        return row.estimated_start_at if row else None
+
     @property
     def image_reference(self) -> str:
         """The image to run in, pinned to its digest (registry/repository@sha256:…), or ""
@@ -147,6 +159,32 @@ class Job(models.Model):
     @staticmethod
     def hash_token(token: str) -> str:
         return hashlib.sha256(token.encode()).hexdigest()
+
+
+class JobScheduling(models.Model):
+    """The scheduler's view of one queued job: its place in the queue and when it should
+    start, rewritten by every admission pass (`scheduling.admission`) where they change.
+
+    A row of its own, not columns of `Job`: the pass rewrites thousands of positions when
+    a job near the head leaves, and those writes stay off the job's row, which the
+    lifecycle, the executor's reports and the pages use. The row exists while the pass
+    has explained the job, until it leaves the queue (`jobs.states.transition` deletes
+    it). (Preemption's `preempt_requested_at` and
+    `preemptions` stay on `Job`: the lifecycle asks for a stop and requeues in one
+    conditional UPDATE of the job's row, beside `cancel_requested_at`.)
+    """
+
+    job = models.OneToOneField(
+        Job, on_delete=models.CASCADE, primary_key=True, related_name="scheduling"
+    )
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "job scheduling"
+
+    def __str__(self):
+        return f"job {self.job_id}: position {self.queue_position}"
 
 
 class JobWorkerQuerySet(models.QuerySet):
@@ -323,21 +361,6 @@ class Artifact(models.Model):
     @property
     def tenant(self):
         return self.job.project.tenant
-
-
-class NotebookTicket(models.Model):
-    """A redeemed notebook ticket (jobs/proxy.py): its nonce, so that it opens once.
-
-    Tickets are signed and expire in a minute; a row is written when one is redeemed
-    (the unique nonce makes a second redemption fail, in whichever process it comes)
-    and rows older than that are deleted as new ones arrive.
-    """
-
-    nonce = models.CharField(max_length=64, unique=True)
-    redeemed_at = models.DateTimeField(default=timezone.now, db_index=True)
-
-    def __str__(self):
-        return self.nonce
 
 
 class JobImageQuerySet(models.QuerySet):

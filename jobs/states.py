@@ -83,7 +83,7 @@ def transition(job, to_state: str, reason: str, actor=None, **fields) -> bool:
     success the in-memory `job` is updated too; on a lost race it is left as is
     (callers re-read it if they care).
     """
-    from jobs.models import Job, JobEvent
+    from jobs.models import Job, JobEvent, JobScheduling
 
     if to_state not in JobState.values:
         raise ValueError(f"unknown job state {to_state!r}")
@@ -107,6 +107,10 @@ def transition(job, to_state: str, reason: str, actor=None, **fields) -> bool:
             reason=reason[:500],
             actor=actor if getattr(actor, "pk", None) else None,
         )
+        if current == QUEUED:
+            # Out of the queue: no place in it, no start to estimate.
+            JobScheduling.objects.filter(job_id=job.pk).delete()
+            job._state.fields_cache.pop("scheduling", None)
     for name, value in values.items():
         setattr(job, name, value)
     # Job pages and lists watching this job hear of it (jobs/consumers.py).

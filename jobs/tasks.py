@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from core import registry
 from core.schedules import register_minute_schedules
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import Job
 from jobs.services.launch import launch_job
 from jobs.services.lifecycle import reconcile_job

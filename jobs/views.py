@@ -31,8 +31,8 @@ COMPARE_MAX_POINTS = 5000  # per job; longer series are thinned evenly
 
 # What a row of the job table shows (jobs/_job_table.html), read as plain values.
 JOB_ROW_COLUMNS = [
-    "id", "name", "kind", "state", "state_reason", "queue_position", "estimated_start_at",
-    "workers", "gpus", "cpus", "memory_mb", "created_at", "project_id", "project__slug",
+    "id", "name", "kind", "state", "state_reason", "scheduling__queue_position",
+    "scheduling__estimated_start_at", "workers", "gpus", "cpus", "memory_mb", "created_at", "project_id", "project__slug",
     "project__tenant__slug", "created_by__username", "created_by__first_name",
     "created_by__last_name",
 ]
@@ -45,7 +45,8 @@ def job_row(row: dict) -> dict:
     a failed item lookup first, and a page of model instances (each job with its
     project, tenant and user) cost more to build than to show."""
     state = row["state"]
-    queued = state == JobState.QUEUED and row["queue_position"]
+    position, eta = row["scheduling__queue_position"], row["scheduling__estimated_start_at"]
+    queued = state == JobState.QUEUED and position
     creator = row["created_by__username"]
     if creator:  # as User.__str__: the full name, else the username
         creator = f"{row['created_by__first_name']} {row['created_by__last_name']}".strip() or creator
@@ -57,8 +58,8 @@ def job_row(row: dict) -> dict:
         "state_badge": BADGES.get(state, "text-bg-secondary"),
         "state_label": STATE_LABELS.get(state, state),
         "state_reason": row["state_reason"],
-        "queue_position": row["queue_position"] if queued else None,
-        "starts_in": timeuntil(row["estimated_start_at"]) if queued and row["estimated_start_at"] else "",
+        "queue_position": position if queued else None,
+        "starts_in": timeuntil(eta) if queued and eta else "",
         "project": f"{row['project__tenant__slug']}/{row['project__slug']}",
         "project_url": object_url("projects:project_detail", row["project_id"]),
         "resources": (f"{row['workers']} × " if row["workers"] > 1 else "")
@@ -174,7 +175,9 @@ class JobDetailView(ObjectDetailView):
 
     def get_object(self):
         # What the page shows of the job's neighbours, in the same query.
-        related = Job.objects.select_related("project__tenant", "created_by", "image_record__image")
+        related = Job.objects.select_related(
+            "project__tenant", "created_by", "image_record__image", "scheduling"
+        )
         return get_object_for_user(
             self.request.user, related, self.permission_action, pk=self.kwargs["pk"]
         )

@@ -7,12 +7,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views import View
 
-from core.access import AUTHENTICATED, can, get_object_for_user
 from core.views import GantryView, ServiceFormView, apply_service_errors
 from notifications import services
 from notifications.forms import AlertSettingsForm, PersonalSubscriptionForm, SubscriptionForm
 from notifications.models import Delivery, DeliveryState, ProjectAlertSettings, Subscription
 from projects.models import Project
+from projects.permissions import AUTHENTICATED, can, get_object_for_user
 
 DELIVERY_LOG_LENGTH = 100
 

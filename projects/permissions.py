@@ -97,6 +97,11 @@ MATRIX: dict[str, Rule] = {
     "sweep.view": Rule(PROJECT, ProjectRole.VIEWER),
     "sweep.create": Rule(PROJECT, ProjectRole.DEVELOPER),
     "sweep.stop": Rule(PROJECT, ProjectRole.DEVELOPER),
+    # Model endpoints (endpoints/): viewers may call one (the gateway's endpoint.predict),
+    # developers create, change and delete them and give out their tokens.
+    "endpoint.view": Rule(PROJECT, ProjectRole.VIEWER),
+    "endpoint.predict": Rule(PROJECT, ProjectRole.VIEWER),
+    "endpoint.manage": Rule(PROJECT, ProjectRole.DEVELOPER),
 }
 
 

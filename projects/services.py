@@ -90,10 +90,3 @@ def add_project_member(
 ) -> ProjectMember:
     return PROJECT_MEMBERS.add(actor=actor, place=project, user=user, role=role)
 
-
-def change_project_member_role(*, actor, member: ProjectMember, role: str) -> ProjectMember:
-    return PROJECT_MEMBERS.change_role(actor=actor, member=member, role=role)
-
-
-def remove_project_member(*, actor, member: ProjectMember) -> None:
-    PROJECT_MEMBERS.remove(actor=actor, member=member)

@@ -33,7 +33,7 @@ class KubernetesClusterAdmin(admin.ModelAdmin):
 
     @admin.action(description="Check the connection (list the nodes)")
     def check_connection(self, request, queryset):
-        from jobs.backends.k8s_client import check_cluster
+        from jobs.compute.kubernetes.client import check_cluster
 
         for cluster in queryset:
             ok, text = check_cluster(cluster)

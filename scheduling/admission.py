@@ -23,7 +23,11 @@ What the snapshot holds:
   every job of it runs on borrowed capacity (so a tenant within its guarantee reclaims it).
   GPU limits at or above the cluster's size are passed as unbounded (see `quota_for`);
 * running: admitted, starting and running jobs, except those already asked to stop for a
-  preemption (their resources are promised to the job that preempted them);
+  preemption (their resources are promised to the job that preempted them); and, per
+  tenant, what its services hold (model endpoints' running replicas,
+  `core.registry.service_holdings`) as one entry that counts in the tenant's quota (and,
+  on the local backend, the machine's capacity: the replicas run there) and is never
+  preempted (`services_entry`);
 * pending: queued jobs with priority, submit time (`created_at`: a requeued or retried
   job keeps its place), gang size, per-worker resources and an estimated duration (the
   job's timeout if it has one, else none: such jobs are not backfilled past a reservation);
@@ -43,7 +47,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
@@ -51,9 +55,11 @@ from typing import NamedTuple
 from django.db import connection, transaction
 from django.utils import timezone
 
+from accounts.models import Tenant
 from checkpoints.services import work_lost
-from jobs.backends import get_backend
-from jobs.models import Job
+from jobs.compute import get_backend
+from jobs.models import Job, JobScheduling
+from jobs.services.holdings import service_holdings
 from jobs.states import ACTIVE, TERMINAL, JobState, transition
 from scheduling.models import TenantQuota
 from scheduling.policy.data import JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot
@@ -147,7 +153,9 @@ QUEUED_COLUMNS = (
     "pk",
     "project__tenant__slug",
     "project__tenant_id",
-    *QueuedJob._fields[3:],
+    *QueuedJob._fields[3:-2],
+    "scheduling__queue_position",
+    "scheduling__estimated_start_at",
 )
 
 
@@ -295,6 +303,44 @@ class Devices:
         return placement
 
 
+# --- what services hold -------------------------------------------------------------------
+
+SERVICES = "services:"  # the id prefix of a tenant's services entry (never a job's pk)
+JOB_COUNT = re.compile(r"(already runs )(\d+) of its (\d+) jobs")
+
+
+def services_entry(key: str, held: dict[str, int], nodes: list[Node], backend_name: str):
+    """A tenant's services (endpoint replicas) as a running entry of the policy: one worker
+    holding their GPUs, CPUs and memory, placed on the machine when the backend is local
+    (they run there; elsewhere they count in the quota only). It is never a victim
+    (`preemptible=False`); it has no estimated end (its start is left at infinity, so the
+    reservation never counts on it freeing). Its priority is above any job's, so it also
+    fills the tenant's guarantee first."""
+    placement = {nodes[0].name: 1} if backend_name == "local" and len(nodes) == 1 else {}
+    request = JobRequest(
+        id=f"{SERVICES}{key}",
+        tenant=key,
+        priority=1 << 30,
+        submit_time=0.0,
+        workers=1,
+        gpus_per_worker=held["gpus"],
+        cpus_per_worker=float(held["cpus"]),
+        memory_mb_per_worker=held["memory_mb"],
+    )
+    return RunningJob(request, placement, math.inf, preemptible=False)
+
+
+def with_services(quotas: dict[str, Quota], services: dict[str, dict]) -> dict[str, Quota]:
+    """The quotas with each services entry left out of the tenant's job count (max_jobs
+    counts jobs; the entry counts as one running job in the policy)."""
+    return {
+        key: replace(q, max_jobs=q.max_jobs + 1)
+        if key in services and q.max_jobs is not None
+        else q
+        for key, q in quotas.items()
+    }
+
+
 # --- free capacity, in words -------------------------------------------------------
 
 
@@ -424,9 +470,12 @@ def preemption_reason(why: str, tenant_of: dict[str, str]) -> str:
 
 @transaction.atomic
 def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
-    """One scheduling pass: admit, preempt, explain. Returns the jobs admitted."""
-    from jobs.services.lifecycle import preempt_job
+    """One scheduling pass: admit, preempt, explain. Returns the jobs admitted.
 
+    Read the queue and what runs (as the policy's Snapshot), let the pure policy decide,
+    then carry the decision out case by case: stop the victims, admit the chosen jobs
+    onto devices, and tell every job left waiting why and when it should start.
+    """
     backend = backend or get_backend()
     _serialize_passes()
     queue = queued_jobs(backend.name)
@@ -434,24 +483,49 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         return []
     now = now or timezone.now()
     nodes = policy_nodes(backend)
-    active = list(
-        Job.objects.filter(state__in=ACTIVE, backend=backend.name).select_related("project__tenant")
-    )
+    active = Job.objects.filter(state__in=ACTIVE, backend=backend.name)
     # Jobs already asked to stop for a preemption are left out: their resources are
     # promised to the jobs admitted in their place.
-    running = [j for j in active if j.preempt_requested_at is None]
+    running = [j for j in active.select_related("project__tenant") if j.preempt_requested_at is None]
+    snapshot = read_snapshot(queue, running, nodes, now, backend.name)
+    decision = schedule(snapshot, now.timestamp(), POLICY)
+
+    queued_by_id = {str(j.pk): j for j in queue}
+    running_by_id = {str(j.pk): j for j in running}
+    victims = [(running_by_id[vid], why) for vid, why in decision.preempt if vid in running_by_id]
+    _preempt(victims, queued_by_id, running_by_id)
+    victim_ids = {v.pk for v, _ in victims}
+    staying = [j for j in running if j.pk not in victim_ids]
+    services = [rj.request for rj in snapshot.running if rj.request.id.startswith(SERVICES)]
+    admitted, short = _admit(
+        decision, queued_by_id, staying, nodes, snapshot.quotas, backend, services
+    )
+    free = _free(nodes, staying + admitted, services if backend.name == "local" else ())
+    _explain(_waiting(decision, queued_by_id, short, free, backend, services))
+    return admitted
+
+
+def read_snapshot(
+    queue: list[QueuedJob], running: list[Job], nodes: list[Node], now, backend_name: str = ""
+) -> Snapshot:
+    """What the policy decides on: nodes, quotas, what runs and where (services included),
+    what waits, and the fair-share history of the tenants in any of them."""
     tenants = {j.tenant_id: j.tenant_slug for j in queue}  # id -> tenant_key
     tenants.update((j.project.tenant_id, tenant_key(j.project.tenant)) for j in running)
     cluster_gpus = sum(n.gpus for n in nodes)
     finished = finished_gpu_jobs(now, POLICY.usage_window_s)
     tenants.update((j.tenant_id, j.tenant_slug) for j in finished)
-    quotas = quotas_by_id(tenants, cluster_gpus)
+    held = service_holdings()
+    if held:
+        tenants.update(Tenant.objects.filter(pk__in=held).values_list("pk", "slug"))
+    services = {tenants[pk]: h for pk, h in held.items() if pk in tenants}
+    quotas = with_services(quotas_by_id(tenants, cluster_gpus), services)
     current = [(j.tenant_slug, j.gpus * j.workers, j.created_at) for j in queue]
     current.extend((tenant_key(j.project.tenant), j.gpus * j.workers, j.created_at) for j in running)
     received, entitled = fair_share_history(
         finished, current, quotas, cluster_gpus, now, POLICY.usage_window_s
     )
-    snapshot = Snapshot(
+    return Snapshot(
         nodes=nodes,
         quotas=quotas,
         running=[
@@ -461,29 +535,50 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
                 (j.started_at or j.admitted_at or now).timestamp(),
             )
             for j in running
-        ],
+        ]
+        + [services_entry(key, h, nodes, backend_name) for key, h in services.items()],
         pending=[job_request(j, j.tenant_slug) for j in queue],
         usage_history=received,
         entitled_history=entitled,
-        work_lost={str(pk): s for pk, s in work_lost(running, now).items()},
+        work_lost={
+            **{str(pk): s for pk, s in work_lost(running, now).items()},
+            **{f"{SERVICES}{key}": 0.0 for key in services},
+        },
     )
-    decision = schedule(snapshot, now.timestamp(), POLICY)
 
-    queued_by_id = {str(j.pk): j for j in queue}
-    running_by_id = {str(j.pk): j for j in running}
-    victims = [(running_by_id[vid], why) for vid, why in decision.preempt if vid in running_by_id]
-    victim_ids = {v.pk for v, _ in victims}
-    devices = Devices(backend, nodes, [j for j in running if j.pk not in victim_ids])
-    if victims:
-        tenant_of = {jid: j.tenant_slug for jid, j in queued_by_id.items()}
-        tenant_of.update((jid, tenant_key(j.project.tenant)) for jid, j in running_by_id.items())
-        for victim, why in victims:
-            preempt_job(victim, preemption_reason(why, tenant_of))
 
+def _preempt(victims: list[tuple[Job, str]], queued_by_id: dict, running_by_id: dict) -> None:
+    """Ask the policy's victims to stop (checkpoint first where they can), each with the
+    job it makes room for in its reason."""
+    from jobs.services.lifecycle import preempt_job
+
+    if not victims:
+        return
+    tenant_of = {jid: j.tenant_slug for jid, j in queued_by_id.items()}
+    tenant_of.update((jid, tenant_key(j.project.tenant)) for jid, j in running_by_id.items())
+    for victim, why in victims:
+        preempt_job(victim, preemption_reason(why, tenant_of))
+
+
+def _admit(
+    decision,
+    queued_by_id: dict[str, QueuedJob],
+    staying: list[Job],
+    nodes,
+    quotas,
+    backend,
+    services: list[JobRequest] = (),
+) -> tuple[list[Job], dict[str, str]]:
+    """Admit the policy's choices onto devices (GPU indices, CPU slots) not held by the
+    jobs that stay. Returns the admitted jobs and, for a choice whose devices are still
+    held (a victim within its grace period), why it waits. `services` (the services
+    entries) take their tenants' guarantee first, for the "borrowed" in the reason."""
+    devices = Devices(backend, nodes, staying)
     used = defaultdict(int)
-    for j in running:
-        if j.pk not in victim_ids:
-            used[tenant_key(j.project.tenant)] += j.gpus * j.workers
+    for r in services:
+        used[r.tenant] += r.total_gpus
+    for j in staying:
+        used[tenant_key(j.project.tenant)] += j.gpus * j.workers
     to_admit = Job.objects.select_related("project__tenant").in_bulk(
         [queued_by_id[jid].pk for jid, _ in decision.admit]
     )
@@ -501,26 +596,40 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         if queued.gpus and used[key] > quotas[key].guaranteed_gpus:
             reason += f" on idle GPUs borrowed beyond {key}'s guarantee (may be preempted)"
         job = to_admit.get(queued.pk)  # None: deleted since the queue was read
-        if job is not None and transition(
-            job,
-            JobState.ADMITTED,
-            reason,
-            placement=placement,
-            queue_position=None,
-            estimated_start_at=None,
-        ):
+        if job is not None and transition(job, JobState.ADMITTED, reason, placement=placement):
             admitted.append(job)
+    return admitted, short
 
-    holding = [j for j in running if j.pk not in victim_ids] + admitted
-    free = Free(
-        gpus=cluster_gpus - sum(j.gpus * j.workers for j in holding),
-        cpus=sum(n.cpus for n in nodes) - sum(j.cpus * j.workers for j in holding),
-        memory_mb=sum(n.memory_mb for n in nodes) - sum(j.memory_mb * j.workers for j in holding),
+
+def _free(nodes: list[Node], holding: list[Job], services: list[JobRequest] = ()) -> Free:
+    """What the cluster has left once the jobs that stay and the admitted ones hold theirs,
+    and the `services` entries that run on it (the local backend's machine)."""
+    return Free(
+        gpus=sum(n.gpus for n in nodes) - sum(j.gpus * j.workers for j in holding)
+        - sum(r.total_gpus for r in services),
+        cpus=sum(n.cpus for n in nodes) - sum(j.cpus * j.workers for j in holding)
+        - sum(r.total_cpus for r in services),
+        memory_mb=sum(n.memory_mb for n in nodes) - sum(j.memory_mb * j.workers for j in holding)
+        - sum(r.total_memory_mb for r in services),
     )
+
+
+def _waiting(
+    decision, queued_by_id, short: dict[str, str], free: Free, backend, services=()
+) -> list[Explained]:
+    """Each waiting job's reason in words (a CPU or memory shortfall named where that is
+    what holds it), its place in the queue and its estimated start. A tenant's services
+    entry counts as one running job in the policy (`with_services`): the job count in
+    its reason is told without it."""
+    with_entry = {r.tenant for r in services}
     explained: list[Explained] = []
     for jid, wait in decision.waiting.items():
         queued = queued_by_id[jid]
         reason = in_words(wait.code, wait.message)
+        if wait.code == "quota" and queued.tenant_slug in with_entry:
+            reason = JOB_COUNT.sub(
+                lambda m: f"{m[1]}{int(m[2]) - 1} of its {int(m[3]) - 1} jobs", reason
+            )
         if wait.code in ("capacity", "gang"):
             reason = cpu_or_memory_shortfall(queued, free, backend.where) or reason
         eta = (
@@ -530,31 +639,40 @@ def admission_pass(backend=None, now: datetime | None = None) -> list[Job]:
         )
         explained.append((queued, reason, wait.position, eta))
     explained.extend((queued_by_id[jid], reason, None, None) for jid, reason in short.items())
-    _explain(explained)
-    return admitted
+    return explained
 
 
 def _explain(explained: list[Explained]) -> None:
     """Write the reason, position and estimated start of waiting jobs where they changed.
 
-    One statement run over the changed rows, not an ORM update each: a job that moves up
-    a long queue shifts the position of every job behind it (a thousand single updates
-    took half a second).
+    The reason is the job's (`Job.state_reason`); position and start are its
+    `JobScheduling` row. Both are written only while the job is still queued, and by one
+    statement each run over the changed rows, not an ORM call each: a job that moves up a
+    long queue shifts the position of every job behind it (a thousand single updates took
+    half a second; bench/admission_queue.py measures the pass).
     """
-    eta_field = Job._meta.get_field("estimated_start_at")
-    changed = []
+    eta_field = JobScheduling._meta.get_field("estimated_start_at")
+    reasons, places = [], []
     for job, reason, position, eta in explained:
         reason = reason[:500]
         if eta is not None:
             eta = eta.replace(microsecond=0)
-        stored = (job.state_reason, job.queue_position, job.estimated_start_at)
-        if (reason, position, eta) != stored:
-            eta = eta_field.get_db_prep_value(eta, connection)
-            changed.append((reason, position, eta, job.pk, JobState.QUEUED))
-    if changed:
-        with connection.cursor() as cursor:
+        if reason != job.state_reason:
+            reasons.append((reason, job.pk, JobState.QUEUED))
+        if (position, eta) != (job.queue_position, job.estimated_start_at):
+            places.append((position, eta_field.get_db_prep_value(eta, connection), job.pk, JobState.QUEUED))
+    with connection.cursor() as cursor:
+        if reasons:
             cursor.executemany(
-                f"UPDATE {Job._meta.db_table} SET state_reason = %s, queue_position = %s, "
-                "estimated_start_at = %s WHERE id = %s AND state = %s",
-                changed,
+                f"UPDATE {Job._meta.db_table} SET state_reason = %s WHERE id = %s AND state = %s",
+                reasons,
+            )
+        if places:  # an upsert, in the syntax SQLite and PostgreSQL share
+            cursor.executemany(
+                f"INSERT INTO {JobScheduling._meta.db_table} "
+                "(job_id, queue_position, estimated_start_at) "
+                f"SELECT id, %s, %s FROM {Job._meta.db_table} WHERE id = %s AND state = %s "
+                "ON CONFLICT (job_id) DO UPDATE SET queue_position = excluded.queue_position, "
+                "estimated_start_at = excluded.estimated_start_at",
+                places,
             )

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from cluster.models import KubernetesCluster
 from cluster.nodes import nvml_gpu_utilization, prometheus_gpu_utilization
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import Job
 from jobs.states import ACTIVE
 
@@ -55,8 +55,8 @@ def _holders(user) -> dict[tuple[str, str], list[dict]]:
 
 def machine_rows(user) -> tuple[list[dict], list[str]]:
     """Rows for the cluster page, and the problems met (a cluster that does not answer)."""
-    from jobs.backends.k8s_client import ClusterError, registered_clusters
-    from jobs.backends.kubernetes import KubernetesBackend
+    from jobs.compute.kubernetes.backend import KubernetesBackend
+    from jobs.compute.kubernetes.client import ClusterError, registered_clusters
 
     holders = _holders(user)
     problems: list[str] = []

@@ -5,7 +5,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import audit
-from jobs.services.usage import tenant_usage
+from jobs.services.holdings import tenant_holdings
 from projects.permissions import require
 from scheduling.models import TenantQuota
 
@@ -39,7 +39,7 @@ def set_tenant_quota(*, actor, tenant, **values) -> tuple[TenantQuota, list[str]
     audit.record(actor, "quota.change", quota, tenant=tenant, before=before, after=after)
 
     warnings = []
-    usage = tenant_usage(tenant)
+    usage = tenant_holdings(tenant)
     if usage["gpus"] > quota.max_gpus:
         warnings.append(
             f"{tenant.name} uses {usage['gpus']} GPUs now, more than its new limit of {quota.max_gpus}: "

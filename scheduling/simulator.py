@@ -63,8 +63,17 @@ from dataclasses import dataclass, replace
 from .policy.data import Decision, JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot
 from .policy.entitlement import entitled_now
 from .policy.schedule_pass import schedule, schedule_fifo
-from .sim_metrics import check_state, jain_index, percentile, stats
-from .traces import TraceJob, to_requests
+from .sim_metrics import (
+    check_state,
+    jain_index,
+    percentile,
+    sharing_ratios,
+    slice_gpus,
+    slice_nodes,
+    stats,
+    window_fairness,
+)
+from .traces import TraceJob, gang_split, to_requests
 
 __all__ = [
     "EASY_CONFIG",
@@ -72,6 +81,7 @@ __all__ = [
     "SimulationError",
     "las_level",
     "per_job_rows",
+    "private_slices",
     "run_simulation",
 ]
 
@@ -103,6 +113,7 @@ class _Job:
     lost_s: float = 0.0  # wall time of attempts lost to preemption
     lost_gpu_s: float = 0.0
     progress: float = 0.0  # seconds of run kept across preemptions (resume only)
+    fits_guarantee: bool = False  # fit in its tenant's unused guarantee at submit
 
 
 def las_level(attained_gpu_s: float) -> int:
@@ -177,6 +188,7 @@ def run_simulation(
     max_passes: int | None = None,
     resume: bool | None = None,
     keep_jobs: bool | None = None,
+    private: Mapping[str, dict] | bool = False,
 ) -> dict:
     """Replay ``trace_jobs`` on ``nodes`` with ``quotas`` under ``policy``; return metrics.
 
@@ -191,8 +203,11 @@ def run_simulation(
     ``capacity_violations`` (independent check after every pass; must be 0), scheduler
     timing, and ``per_job`` rows (``keep_jobs``; by default only for traces of at most 2,000
     jobs). ``resume``: preempted jobs keep their progress (default: only for
-    ``"las"``). Raises ``SimulationError`` if the policy admits or preempts jobs that do not
-    exist.
+    ``"las"``). ``private``: the sharing incentive (``sim_metrics``): True runs each tenant
+    alone on its private slice here, or pass ``private_slices``'s result (it does not depend
+    on the policy, so a bench replaying several policies runs it once); the result then has
+    ``sharing`` (rho per tenant) and ``fairness`` (``window_fairness``). Raises
+    ``SimulationError`` if the policy admits or preempts jobs that do not exist.
     """
     wall0 = time.perf_counter()
     if config is None and policy == "gantry":
@@ -214,10 +229,54 @@ def run_simulation(
     result.update(replay.summary())
     result["wall_s"] = round(time.perf_counter() - wall0, 2)
     result["tenants"] = replay.tenant_rows()
+    if private is not False:
+        if private is True:
+            private = private_slices(trace_jobs, nodes, quotas, estimate=estimate, seed=seed)
+        shared: dict[str, dict[str, float]] = {}
+        for jid, j in jobs.items():
+            if j.finish >= 0:
+                shared.setdefault(j.req.tenant, {})[jid] = j.finish - j.req.submit_time
+        ratios = sharing_ratios(shared, {t: p["jct"] for t, p in private.items()},
+                                {t: p["slice_gpus"] for t, p in private.items()})
+        fit_waits = [j.first_start - j.req.submit_time for j in jobs.values()
+                     if j.fits_guarantee and j.first_start >= 0]
+        result["sharing"] = ratios
+        result["fairness"] = window_fairness(ratios, fit_waits)
     if keep_jobs is None:
         keep_jobs = replay.n <= 2000
     result["per_job"] = per_job_rows(jobs) if keep_jobs else None
     return result
+
+
+def private_slices(
+    trace_jobs: Sequence[TraceJob],
+    nodes: Sequence[Node],
+    quotas: Mapping[str, Quota],
+    *,
+    estimate: str = "realistic",
+    seed: int = 0,
+) -> dict[str, dict]:
+    """Each tenant's jobs replayed alone under EASY on a private cluster of its guaranteed
+    GPUs (``sim_metrics.slice_gpus``): {tenant: {"slice_gpus", "jct": {job id: JCT}}}.
+    The same estimates (and kills at the limit) as the shared run: they are seeded per job.
+    A tenant guaranteed nothing gets no slice (and no JCTs)."""
+    shape = max(nodes, key=lambda n: (n.gpus, n.cpus, n.memory_mb))
+    by_tenant: dict[str, list[TraceJob]] = {}
+    for tj in trace_jobs:
+        by_tenant.setdefault(tj.tenant, []).append(tj)
+    out: dict[str, dict] = {}
+    for tenant, tjs in sorted(by_tenant.items()):
+        q = quotas.get(tenant)
+        gangs = [gang_split(tj.num_gpus, shape.gpus) for tj in tjs if tj.num_gpus > 0]
+        gpus = slice_gpus(q.guaranteed_gpus if q else 0, gangs, shape)
+        jct: dict[str, float] = {}
+        if gpus > 0:
+            res = run_simulation(tjs, slice_nodes(gpus, shape), {tenant: Quota(tenant, gpus)},
+                                 "easy", estimate=estimate, seed=seed, keep_jobs=True)
+            jct = {jid: row["finish"] - row["submit"] for jid, row in res["per_job"].items()
+                   if row["finish"] >= 0}
+        out[tenant] = {"slice_gpus": gpus, "jct": jct}
+    return out
 
 
 ESTIMATE_NOTES = {
@@ -359,16 +418,20 @@ class _Replay:
             self.ai += 1
             if r.id in jobs:
                 raise SimulationError(f"duplicate job id {r.id!r} in the trace")
+            q = self.quotas.get(r.tenant)
+            asked = self.demand_g.get(r.tenant, 0)  # GPUs it runs and has queued
             jobs[r.id] = _Job(r, dur, queued_since=r.submit_time,
-                              killed=dur < true_dur.get(r.id, dur))
+                              killed=dur < true_dur.get(r.id, dur),
+                              fits_guarantee=q is not None and r.total_gpus > 0
+                              and asked + r.total_gpus <= q.guaranteed_gpus)
             self.pending[r.id] = r
-            self.demand_g[r.tenant] = self.demand_g.get(r.tenant, 0) + r.total_gpus
+            self.demand_g[r.tenant] = asked + r.total_gpus
 
     def schedule_pass(self) -> Decision:
         """One call of the policy on a snapshot of now, timed."""
         snap = Snapshot(self.nodes, self.quotas, list(self.running.values()),
                         list(self.pending.values()), self.usage,
-                        entitled_history=self.entitled)
+                        entitled_history=self.entitled, attained=self.attained())
         s0 = time.perf_counter()
         dec = self.decide(snap, self.t)
         el = time.perf_counter() - s0
@@ -376,6 +439,16 @@ class _Replay:
         self.sched_max = max(self.sched_max, el)
         self.passes += 1
         return dec
+
+    def attained(self) -> dict[str, float]:
+        """GPU-seconds of service each job keeps (the progress a preempted job resumes from,
+        plus the current run): the policy's attained-service levels."""
+        jobs, t = self.jobs, self.t
+        out = {jid: jobs[jid].progress * r.total_gpus
+               for jid, r in self.pending.items() if jobs[jid].progress > 0}
+        for jid, rj in self.running.items():
+            out[jid] = (jobs[jid].progress + t - rj.start_time) * rj.request.total_gpus
+        return out
 
     def apply(self, dec: Decision) -> None:
         self.preempt(dec.preempt)

@@ -29,16 +29,18 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .policy.data import JobRequest, Node
+from .policy.data import JobRequest, Node, Quota
 
 __all__ = [
     "ESTIMATES",
     "TraceError",
     "TraceJob",
     "TraceJobs",
+    "gang_split",
     "load_trace",
     "load_vc_nodes",
     "parse_trace",
+    "synthetic_trace",
     "to_requests",
     "user_estimate",
     "window",
@@ -301,7 +303,8 @@ def window(jobs: list[TraceJob], start: int, count: int) -> list[TraceJob]:
 # --------------------------------------------------------------------------- trace jobs as requests
 
 
-def _gang_split(n: int, node_gpus: int) -> tuple[int, int]:
+def gang_split(n: int, node_gpus: int) -> tuple[int, int]:
+    """(workers, GPUs per worker) of an ``n``-GPU job on nodes of ``node_gpus``."""
     if n <= node_gpus or node_gpus <= 0:
         return 1, n
     for d in range(node_gpus, 0, -1):
@@ -348,7 +351,7 @@ def to_requests(
     mpg = (big.memory_mb // big.gpus) if big and big.gpus else 16_384
     out = []
     for tj in trace_jobs:
-        workers, gpw = _gang_split(tj.num_gpus, node_gpus)
+        workers, gpw = gang_split(tj.num_gpus, node_gpus)
         if gpw == 0:
             cpus, mem = 1.0, 1024
         else:
@@ -370,3 +373,67 @@ def to_requests(
         )
         out.append((req, run))
     return out
+
+
+# --------------------------------------------------------------------------- a synthetic trace
+
+
+def synthetic_trace(
+    n_jobs: int = 1000, *, seed: int = 0, cluster_gpus: int = 64, load: float = 1.1
+) -> tuple[list[TraceJob], dict[str, Quota]]:
+    """A trace shaped like the held-out lab trace of issue 40, and its quotas: 18 tenants on
+    ``cluster_gpus`` GPUs. ``flood`` (16 GPUs guaranteed) submits about 65% of the jobs, all
+    1-GPU, median 15 min, in bursts (a burst of ~30 jobs about 20 s apart); four ``gang-*``
+    tenants (8 guaranteed each) submit few jobs, half of them 8- or 16-GPU gangs of median
+    3 h; six ``lab-*`` tenants (2 guaranteed each) and seven ``guest-*`` tenants (none, best
+    effort) submit 1-4 GPU jobs of median 1 h. Every tenant may borrow up to half the
+    cluster. Durations are log-normal, capped at 7 days; submit times spread so the offered
+    GPU time is ``load`` x the cluster over the span. Seeded and deterministic: the same
+    arguments give the same jobs."""
+    rng = random.Random(f"synthetic:{seed}")
+    gangs = [f"gang-{c}" for c in "abcd"]
+    labs = [f"lab-{i}" for i in range(1, 7)]
+    guests = [f"guest-{i}" for i in range(1, 8)]
+    guaranteed = {"flood": 16, **dict.fromkeys(gangs, 8), **dict.fromkeys(labs, 2),
+                  **dict.fromkeys(guests, 0)}
+    borrow = cluster_gpus // 2
+    quotas = {t: Quota(t, min(g, cluster_gpus), borrow) for t, g in guaranteed.items()}
+
+    def lognormal(median: float, sigma: float) -> float:
+        return min(max(median * math.exp(rng.gauss(0.0, sigma)), 30.0), 604_800.0)
+
+    drafts: list[tuple[str, int, float]] = []  # (tenant, GPUs, duration)
+    for _ in range(n_jobs):
+        u = rng.random()
+        if u < 0.65:
+            drafts.append(("flood", 1, lognormal(900.0, 1.5)))
+        elif u < 0.77:
+            tenant = rng.choice(gangs)
+            if rng.random() < 0.5:
+                drafts.append((tenant, rng.choice((8, 16)), lognormal(10_800.0, 1.2)))
+            else:
+                drafts.append((tenant, rng.choice((1, 2, 4)), lognormal(3600.0, 1.5)))
+        else:
+            tenant = rng.choice(labs + guests)
+            drafts.append((tenant, rng.choice((1, 1, 2, 4)), lognormal(3600.0, 1.5)))
+    span = sum(g * d for _, g, d in drafts) / (cluster_gpus * load)
+    times: list[float] = []
+    burst_left, t_burst = 0, 0.0
+    for tenant, _, _ in drafts:
+        if tenant == "flood":
+            if burst_left == 0:
+                burst_left = 1 + int(rng.expovariate(1 / 30))
+                t_burst = rng.uniform(0.0, span)
+            t_burst += rng.expovariate(1 / 20)
+            burst_left -= 1
+            times.append(t_burst)
+        else:
+            times.append(rng.uniform(0.0, span))
+    jobs = [
+        TraceJob(f"s{seed}-{i}", round(t, 1), round(d, 1), g, tenant)
+        for i, ((tenant, g, d), t) in enumerate(zip(drafts, times, strict=True))
+    ]
+    jobs.sort(key=lambda j: (j.submit_time, j.job_id))
+    t0 = jobs[0].submit_time if jobs else 0.0
+    return [TraceJob(j.job_id, j.submit_time - t0, j.duration, j.num_gpus, j.tenant)
+            for j in jobs], quotas

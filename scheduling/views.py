@@ -5,6 +5,7 @@ from django.db.models import F
 from django.shortcuts import redirect, render
 
 from accounts.models import Tenant
+from core import registry
 from core.views import GantryView, apply_service_errors
 from jobs.models import Job
 from jobs.states import JobState
@@ -17,7 +18,7 @@ from scheduling.models import TenantQuota
 
 def backend_nodes() -> list[dict]:
     """Nodes with their capacity, as the configured job backend reports them."""
-    from jobs.backends import get_backend
+    from jobs.compute import get_backend
 
     backend = get_backend()
     return [
@@ -61,14 +62,14 @@ class ClusterOverviewView(GantryView):
     permission_action = AUTHENTICATED
 
     def get(self, request):
-        from jobs.backends.sandbox import isolation_notice
-        from jobs.services.usage import usage_by_tenant
+        from jobs.compute.sandbox import isolation_notice
+        from jobs.services.holdings import holdings_by_tenant
 
         nodes = backend_nodes()
         machines, machine_problems = machine_rows(request.user)
         cluster_gpus = sum(n["gpus"] for n in nodes)
         tenants = list(Tenant.objects.visible_to(request.user).select_related("quota"))
-        usage = usage_by_tenant([t.pk for t in tenants])
+        usage = holdings_by_tenant([t.pk for t in tenants])
         rows = []
         for t in tenants:
             quota = getattr(t, "quota", None)
@@ -79,6 +80,7 @@ class ClusterOverviewView(GantryView):
                     "tenant": t,
                     "quota": quota,
                     "usage": usage[t.pk],
+                    "jobs_gpus": usage[t.pk]["gpus"] - usage[t.pk]["services"]["gpus"],
                     "limit": limit,
                     "bar": usage_bar(usage[t.pk]["gpus"], guaranteed, limit),
                 }
@@ -93,6 +95,7 @@ class ClusterOverviewView(GantryView):
                 "machines": machines,
                 "machine_problems": machine_problems,
                 "isolation_notice": isolation_notice(),
+                "serving": registry.serving_replicas(request.user),
             },
         )
 
@@ -102,8 +105,10 @@ def queued_jobs(user):
     return (
         Job.objects.visible_to(user)
         .filter(state=JobState.QUEUED)
-        .select_related("project__tenant", "created_by")
-        .order_by(F("queue_position").asc(nulls_last=True), "-priority", "created_at", "pk")
+        .select_related("project__tenant", "created_by", "scheduling")
+        .order_by(
+            F("scheduling__queue_position").asc(nulls_last=True), "-priority", "created_at", "pk"
+        )
     )
 
 

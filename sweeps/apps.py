@@ -15,5 +15,4 @@ class SweepsConfig(AppConfig):
         # A trial's job changed state, or reported metrics: the sweep's controller looks
         # at it now rather than at the next minute's pass.
         signals.job_transitioned.connect(tasks.on_job_transitioned, dispatch_uid="sweeps-trial-state")
-        if hasattr(signals, "metrics_reported"):
-            signals.metrics_reported.connect(tasks.on_metrics_reported, dispatch_uid="sweeps-trial-metrics")
+        signals.metrics_reported.connect(tasks.on_metrics_reported, dispatch_uid="sweeps-trial-metrics")

@@ -1,9 +1,9 @@
 from django import forms
 from django.urls import reverse
 
-from core.access import can, restrict
 from core.views import ObjectDetailView, ObjectListView, ServiceFormView
 from projects.models import Project
+from projects.permissions import can, restrict
 from sweeps import services
 from sweeps.controller import best_trial, device_hours
 from sweeps.filters import SweepFilterSet

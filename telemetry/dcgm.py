@@ -26,7 +26,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobs import states
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import Job, MetricPoint
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ FIELDS = {
     "DCGM_FI_DEV_GPU_TEMP": "temperature_c",
 }
 # A batch Job's pods: `<workload>-<random>`, Indexed: `<workload>-<index>-<random>`; a
-# notebook's pod is the workload name itself (jobs.backends.k8s_manifests.workload_name).
+# notebook's pod is the workload name itself (jobs.compute.kubernetes.manifests.workload_name).
 JOB_POD = re.compile(r"^(gantry-job-(\d+)-a(\d+))(?:-(\d+))?-[a-z0-9]{5}$")
 NOTEBOOK_POD = re.compile(r"^(gantry-job-(\d+)-a(\d+))$")
 TIMEOUT_SECONDS = 5

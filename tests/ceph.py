@@ -18,12 +18,12 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from core.ports import free_port
 
 DAEMONS = ("ceph-mon", "ceph-osd", "radosgw")
 
@@ -31,11 +31,6 @@ DAEMONS = ("ceph-mon", "ceph-osd", "radosgw")
 def available() -> bool:
     return all(shutil.which(name) for name in (*DAEMONS, "ceph", "radosgw-admin", "monmaptool"))
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class CephError(RuntimeError):

@@ -108,7 +108,7 @@ def outsider(make_user):
 @pytest.fixture
 def tenant(owner, member):
     tenant = account_services.create_tenant(actor=owner, name="Lab A", slug="lab-a")
-    account_services.add_member(actor=owner, tenant=tenant, user=member)
+    account_services.TENANT_MEMBERS.add(actor=owner, place=tenant, user=member, role="member")
     return tenant
 
 

@@ -22,7 +22,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+from core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "platform" / "dev" / "k8s-build"
@@ -74,11 +74,6 @@ def _end_with_parent() -> None:
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def gpu_node(name: str, gpus: int, model: str) -> dict:
@@ -187,6 +182,21 @@ class KubeCluster:
             "x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
             "-CAcreateserial", "-days", "30", "-extfile", "api.ext", "-out", "apiserver.crt",
         )  # fmt: skip
+        # The API server's client certificate for kubelets (logs, exec on the real node of
+        # tests/k8s_node.py, whose kubelet trusts this CA); kwok's nodes never ask for one.
+        (pki / "kubelet-client.ext").write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=clientAuth\n"
+        )
+        openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "kubelet-client.key",
+            "-out", "kubelet-client.csr", "-subj", "/O=system:masters/CN=kube-apiserver-kubelet",
+        )  # fmt: skip
+        openssl(
+            "x509", "-req", "-in", "kubelet-client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "30", "-extfile", "kubelet-client.ext",
+            "-out", "kubelet-client.crt",
+        )  # fmt: skip
         openssl("genrsa", "-out", "sa.key", "2048")
         openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub")
         (pki / "tokens.csv").write_text(f'{self.token},admin,admin-uid,"system:masters"\n')
@@ -277,6 +287,8 @@ class KubeCluster:
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--token-auth-file={pki / 'tokens.csv'}",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             "--authorization-mode=RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",

@@ -9,7 +9,6 @@ with umoci (no container engine) and pushed with skopeo.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from core.ports import free_port
 
 USERNAME = "gantry"
 PASSWORD = "registry-test-pw"
@@ -33,11 +33,6 @@ def missing_tools() -> list[str]:
         missing.insert(0, "docker-registry")
     return missing
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -117,7 +112,7 @@ def start_registry(root: Path) -> Registry:
     root.mkdir(parents=True, exist_ok=True)
     htpasswd = root / "htpasswd"
     htpasswd.write_text(run(["htpasswd", "-Bbn", USERNAME, PASSWORD]))
-    port = _free_port()
+    port = free_port()
     config = root / "config.yml"
     config.write_text(
         "version: 0.1\n"

@@ -27,6 +27,7 @@ from projects.models import Project, ProjectMember
 from projects.permissions import AUTHENTICATED, MATRIX, MATRIX_VIEW_OF, can
 from tests.checkpoints.builders import access_objects as checkpoint_objects
 from tests.datasets.builders import access_objects as dataset_objects
+from tests.endpoints.builders import access_objects as endpoint_objects
 from tests.modelhub.builders import access_objects
 from tests.sweeps.builders import access_objects as sweep_objects
 from tests.tracking.builders import access_objects as tracking_objects
@@ -45,8 +46,8 @@ PUBLIC |= {"notifications:subscription_confirm"}
 # signed-out users are sent to log in and outsiders get 404; the named test file covers
 # the allowed side against the real thing.
 COVERED_ELSEWHERE = {
-    "notebook_open": "tests/jobs/test_notebook_origin.py",
-    "tensorboard_open": "tests/jobs/test_tensorboard.py",
+    "notebook_open": "tests/interactive/test_notebook_origin.py",
+    "tensorboard_open": "tests/interactive/test_tensorboard.py",
 }
 SKIP_NAMESPACES = {"admin"}
 
@@ -55,8 +56,9 @@ def _walk(patterns, prefix="", namespace=None):
     for p in patterns:
         if isinstance(p, URLResolver):
             ns = p.namespace or namespace
-            # The API (and MLflow's /ajax-api/ alias of it) answers by the matrix in its own tests.
-            if ns in SKIP_NAMESPACES or str(p.pattern).startswith(("api/", "ajax-api/")):
+            # The API (and MLflow's /ajax-api/ alias of it) answers by the matrix in its own tests;
+            # the endpoints' gateway (serve/) in tests/endpoints/test_serving.py, with real models.
+            if ns in SKIP_NAMESPACES or str(p.pattern).startswith(("api/", "ajax-api/", "serve/")):
                 continue
             yield from _walk(p.url_patterns, prefix + str(p.pattern), ns)
         elif isinstance(p, URLPattern):
@@ -103,6 +105,7 @@ def _objects(tenant, project, owner, member):
         **checkpoint_objects(owner, project),
         **sweep_objects(tenant, project, owner),
         **tracking_objects(project, owner),
+        **endpoint_objects(project, owner),
     }
 
 
@@ -383,7 +386,7 @@ def rows_world(tenant, project, owner, member, outsider, other_tenant, other_pro
     from projects import services as project_services
     from tests.modelhub.builders import access_objects as hub_objects
 
-    account_services.add_member(actor=outsider, tenant=other_tenant, user=member)
+    account_services.TENANT_MEMBERS.add(actor=outsider, place=other_tenant, user=member, role="member")
     image_services.seed_catalog()  # public images: every token reads them
     assert RuntimeImage.objects.filter(tenant=None).exists()
 

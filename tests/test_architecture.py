@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The picture: each app and the apps it may import directly.
 ARROWS: dict[str, set[str]] = {
     "config": {"*"},
+    "endpoints": {"modelhub", "jobs", "projects", "accounts", "core"},
+    "interactive": {"jobs", "projects", "accounts", "core"},
     "sweeps": {"tracking", "checkpoints", "scheduling", "snapshots", "jobs", "projects", "core"},
     "telemetry": {"scheduling", "jobs", "cluster", "projects", "accounts", "core"},
     "notifications": {"scheduling", "jobs", "projects", "accounts", "core"},

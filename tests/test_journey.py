@@ -46,8 +46,8 @@ from modelhub.models import Alias, ModelVersion
 from tests.core.test_narrow_browser import DESKTOP, PHONE, assert_fits, assert_job_table_fits
 from tests.faults.conftest import web  # noqa: F401 - a fixture used here
 from tests.faults.procs import QCluster
+from tests.interactive.notebooks import OriginServer
 from tests.jobs.conftest import job_settings  # noqa: F401 - a fixture web uses
-from tests.jobs.notebooks import OriginServer
 from tests.jobs.test_browser import chromium
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ from django.db.models import Count, F, Max, Q
 from django.http import Http404, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 
-from core.access import get_object_for_user
 from core.views import GantryView
 from modelhub.models import ModelVersion
 from projects.models import Project
+from projects.permissions import get_object_for_user
 from tracking.charts import chart_series
 from tracking.models import Experiment, Lifecycle, Run
 from tracking.run_table import STATUS_BADGES, RunTable, ms_datetime

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from gantry_cli import datasets_cmd, models_cmd, sdk, shell, snapshot, spec
+from gantry_cli import datasets_cmd, endpoints_cmd, models_cmd, sdk, shell, snapshot, spec
 from gantry_cli.sdk import Gantry, GantryError
 from gantry_cli.sweep import app as sweep_app
 from gantry_cli.ui import (
@@ -40,6 +40,8 @@ app = typer.Typer(
 )
 app.add_typer(datasets_cmd.app, name="datasets")
 app.add_typer(models_cmd.app, name="models")
+app.add_typer(endpoints_cmd.app, name="endpoints")
+app.command("predict")(endpoints_cmd.predict)
 app.add_typer(sweep_app, name="sweep")
 app.command("shell")(shell.shell)
 app.command("exec", context_settings={"allow_interspersed_args": False})(shell.exec_)

@@ -1,6 +1,6 @@
 """`gantry shell JOB` and `gantry exec JOB -- CMD`: a terminal inside a running job.
 
-The server's side is jobs/terminal_consumers.py: ``ws(s)://<host>/ws/jobs/<id>/terminal/
+The server's side is interactive/terminal_consumers.py: ``ws(s)://<host>/ws/jobs/<id>/terminal/
 ?worker=<rank>[&command=<JSON list>]``, signed in by ``Authorization: Bearer <token>``.
 Binary frames carry the terminal's bytes both ways; text frames are JSON: ours
 ``{"resize": [cols, rows]}``, the server's ``{"error": "..."}`` (a refusal, before the
@@ -33,7 +33,7 @@ from gantry_cli import sdk
 from gantry_cli.sdk import Gantry, GantryError
 from gantry_cli.ui import connect, errors_as_exit_codes, fail
 
-# The server's close codes (jobs/terminal_consumers.py): what to say, how to exit.
+# The server's close codes (interactive/terminal_consumers.py): what to say, how to exit.
 REFUSALS = {
     4400: ("the server refused the request", sdk.EXIT_USAGE),
     4401: ("the server does not accept this token", sdk.EXIT_AUTH),

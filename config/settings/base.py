@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "projects",
     "cluster",
     "jobs",
+    "interactive",
     "scheduling",
     "images",
     "modelhub",
@@ -87,6 +88,7 @@ INSTALLED_APPS = [
     "notifications",
     "checkpoints",
     "telemetry",
+    "endpoints",
 ]
 
 MIDDLEWARE = [
@@ -384,7 +386,7 @@ GANTRY_CSP_OVERRIDES = {
     "api-docs": {"style-src": ["'self'", "'unsafe-inline'"]},
     "browsable-api": {"style-src": ["'self'", "'unsafe-inline'"]},
     # The job page's terminal: xterm.js sizes its rows and cells with <style> elements it
-    # writes at run time (templates/jobs/_job_terminal.html); scripts stay 'self'.
+    # writes at run time (templates/interactive/_job_terminal.html); scripts stay 'self'.
     "job_detail": {"style-src": ["'self'", "'unsafe-inline'"]},
 }
 if PRODUCTION:

@@ -19,7 +19,7 @@ GANTRY_LOCAL_MEMORY_MB = setting("int", "GANTRY_LOCAL_MEMORY_MB", 0)
 # machines without GPUs. Nothing checks that a device exists; jobs see the indices in
 # CUDA_VISIBLE_DEVICES. Tests set it with the `settings` fixture.
 GANTRY_LOCAL_FAKE_GPUS = 0
-# Local jobs run in a bubblewrap sandbox (jobs/backends/sandbox.py): "auto" uses it when
+# Local jobs run in a bubblewrap sandbox (jobs/compute/sandbox.py): "auto" uses it when
 # this machine can, "required" refuses to start without it (system check error), "off"
 # never uses it (then jobs of a second tenant are refused, unless the switch below).
 GANTRY_SANDBOX = setting("str", "GANTRY_SANDBOX", "auto")
@@ -105,7 +105,7 @@ GANTRY_NOTIFY_ALLOW_PRIVATE_HOSTS = setting(
 if GANTRY_NOTIFY_MAX_ATTEMPTS < 1 or GANTRY_NOTIFY_TIMEOUT_SECONDS < 1:
     fail("GANTRY_NOTIFY_MAX_ATTEMPTS", "attempts and the timeout must be at least 1")
 # Notebooks are served from an origin of their own, one host per job, so that Gantry's
-# cookies never reach what a notebook shows (jobs/notebook_origin.py). `{job}` stands for
+# cookies never reach what a notebook shows (interactive/origin.py). `{job}` stands for
 # the job's id. The default: browsers resolve *.localhost to this machine by themselves,
 # and Gantry's cookies of 127.0.0.1 are never sent to <id>.nb.localhost.
 GANTRY_NOTEBOOK_PORT = setting("int", "GANTRY_NOTEBOOK_PORT", 8001)
@@ -131,7 +131,7 @@ if (
 # A notebook request that gets no answer in this many seconds answers 504 (kernels and
 # terminals talk over websockets, which have no such limit).
 GANTRY_NOTEBOOK_TIMEOUT_SECONDS = setting("float", "GANTRY_NOTEBOOK_TIMEOUT_SECONDS", 10.0)
-# TensorBoard for a job's logdir (jobs/tensorboard.py): stopped after this many idle
+# TensorBoard for a job's logdir (interactive/tensorboard.py): stopped after this many idle
 # minutes; run by this Python (empty: Gantry's own, which the notebooks extra gives it).
 GANTRY_TENSORBOARD_IDLE_MINUTES = setting("float", "GANTRY_TENSORBOARD_IDLE_MINUTES", 30.0)
 GANTRY_TENSORBOARD_PYTHON = setting("str", "GANTRY_TENSORBOARD_PYTHON", "")
@@ -150,10 +150,23 @@ GANTRY_REGISTRY_USERNAME = setting("str", "GANTRY_REGISTRY_USERNAME", "")
 GANTRY_REGISTRY_PASSWORD = setting("str", "GANTRY_REGISTRY_PASSWORD", "")
 GANTRY_REGISTRY_VERIFY_TLS = setting("bool", "GANTRY_REGISTRY_VERIFY_TLS", True)
 GANTRY_REGISTRY_TIMEOUT_SECONDS = setting("float", "GANTRY_REGISTRY_TIMEOUT_SECONDS", 15.0)
-# Custom image builds: pip runs here (never inside the image), so only pure-Python wheels.
+# Custom image builds: where pip finds wheels (downloaded here; installed by the image's own
+# pip with buildah, else here as pure-Python wheels only).
 GANTRY_PIP_INDEX_URL = setting("str", "GANTRY_PIP_INDEX_URL", "")
 GANTRY_PIP_FIND_LINKS = setting("str", "GANTRY_PIP_FIND_LINKS", "")
 GANTRY_PIP_NO_INDEX = setting("bool", "GANTRY_PIP_NO_INDEX", False)
+# Which builder custom image builds use: "buildah" (images/buildah.py: the base image's own
+# pip installs wheels with compiled code too, in a container with no network), "registry"
+# (images/builder.py: one layer written through the registry's API, pure-Python wheels
+# only, no container runtime needed) or "auto" (buildah where buildah and runc are here
+# and Gantry runs as root).
+GANTRY_IMAGE_BUILDER = setting("str", "GANTRY_IMAGE_BUILDER", "auto")
+if GANTRY_IMAGE_BUILDER not in ("auto", "buildah", "registry"):
+    fail("GANTRY_IMAGE_BUILDER", "one of auto, buildah, registry")
+# buildah's storage (vfs) for builds; platform/dev/images-build keeps its images here too.
+GANTRY_BUILDAH_STORAGE = setting("str", "GANTRY_BUILDAH_STORAGE", "/var/lib/gantry-images")
+# The memory limit of a build's container (the base image's pip runs in it).
+GANTRY_IMAGE_BUILD_MEMORY_MB = setting("int", "GANTRY_IMAGE_BUILD_MEMORY_MB", 4096)
 
 # --- Kubernetes backend (GANTRY_JOB_BACKEND=kubernetes) --------------------------------
 # Clusters are registered in the admin (cluster.KubernetesCluster); with none registered,
@@ -179,6 +192,14 @@ GANTRY_K8S_IMAGE_PULL_SECRETS = setting("list", "GANTRY_K8S_IMAGE_PULL_SECRETS",
 GANTRY_K8S_TTL_SECONDS_AFTER_FINISHED = setting("int", "GANTRY_K8S_TTL_SECONDS_AFTER_FINISHED", 3600)
 GANTRY_K8S_MASTER_PORT = setting("int", "GANTRY_K8S_MASTER_PORT", 29500)
 GANTRY_K8S_NOTEBOOK_PORT = setting("int", "GANTRY_K8S_NOTEBOOK_PORT", 8888)
+# Job pods use the node's network (hostNetwork): for tests and single-node labs only, where
+# Gantry listens on the node's loopback; on a cluster pods have their own network.
+GANTRY_K8S_HOST_NETWORK = setting("bool", "GANTRY_K8S_HOST_NETWORK", False)
+# The Pod Security Standard tenant namespaces enforce (restricted, baseline or privileged);
+# Gantry's own pods pass "restricted". With GANTRY_K8S_HOST_NETWORK: privileged.
+GANTRY_K8S_POD_SECURITY = setting("str", "GANTRY_K8S_POD_SECURITY", "restricted")
+if GANTRY_K8S_POD_SECURITY not in ("restricted", "baseline", "privileged"):
+    fail("GANTRY_K8S_POD_SECURITY", "one of restricted, baseline, privileged")
 # A pod no node can take for this long fails its attempt ("no node can run it: …").
 GANTRY_K8S_UNSCHEDULABLE_SECONDS = setting("int", "GANTRY_K8S_UNSCHEDULABLE_SECONDS", 600)
 GANTRY_K8S_API_TIMEOUT_SECONDS = setting("float", "GANTRY_K8S_API_TIMEOUT_SECONDS", 10.0)

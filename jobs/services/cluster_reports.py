@@ -34,16 +34,11 @@ def record_attempt_target(job: Job, placement: dict, workers: dict[int, dict]) -
         JobWorker.objects.filter(job=job, rank=rank, job__attempt=job.attempt).update(**allowed)
 
 
-def attempt_status(job: Job, attempt: int) -> str:
-    """Where an attempt stands: "current" while it runs and nobody asked it to stop,
+def attempt_statuses(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """Where each (job id, attempt) stands, in one query (a launch run's finished creates
+    are reported together): "current" while it runs and nobody asked it to stop,
     "stopping" once a cancel or preemption was asked for, "over" when it ended (or
     another attempt runs)."""
-    return attempt_statuses([(job.pk, attempt)])[(job.pk, attempt)]
-
-
-def attempt_statuses(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
-    """`attempt_status` of many (job id, attempt) pairs in one query (a launch run's
-    finished creates are reported together)."""
     rows = {
         row["pk"]: row
         for row in Job.objects.filter(pk__in={pk for pk, _ in attempts}).values(

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs import states
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.consumers import publish_lines, publish_metrics
 from jobs.models import Job, JobWorker, LogChunk, MetricPoint
 from jobs.services.lifecycle import WORKER_DONE, cluster_stopped_reason, settle_job

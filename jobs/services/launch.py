@@ -13,9 +13,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs import states
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import Job, JobKind, JobWorker
-from jobs.placement import devices_overlap
 from jobs.services.lifecycle import end_attempt
 from jobs.states import JobState, transition
 
@@ -54,7 +53,7 @@ def launch_job(job: Job) -> bool:
     secret = secrets.token_urlsafe(32)
     placement = dict(job.placement)
     if job.kind == JobKind.DISTRIBUTED:
-        from jobs.backends.local import free_port
+        from jobs.compute.local import free_port
 
         placement["master_port"] = free_port()
     n = job.workers
@@ -108,6 +107,22 @@ def record_worker_process(
         worker.host, worker.port, worker.notebook_token = "", None, notebook_token
         fields += ["host", "port", "notebook_token"]
     worker.save(update_fields=fields)
+
+
+def devices_overlap(a: dict, b: dict) -> bool:
+    """Do two placements share a GPU index or CPU slot on the same node? (A placement is
+    the node, GPU indices and CPU slots each worker rank holds:
+    `placement["hosts" | "gpus" | "cpus"][rank]`, written by admission.)"""
+
+    def held(p):
+        hosts = p.get("hosts") or {}
+        out = set()
+        for kind in ("gpus", "cpus"):
+            for rank, ids in (p.get(kind) or {}).items():
+                out.update((kind, hosts.get(rank), i) for i in ids)
+        return out
+
+    return not held(a).isdisjoint(held(b))
 
 
 def device_holder(job: Job) -> Job | None:

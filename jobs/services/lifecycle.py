@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from core import audit
 from jobs import states
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import Job, JobEvent, JobKind, JobWorker
 from jobs.states import JobState, transition
 from projects.permissions import require
@@ -235,27 +235,46 @@ def _lose_worker(job: Job, rank: int, reason: str) -> None:
 
 
 def reconcile_job(job: Job, now: datetime | None = None, *, adopting: bool = False) -> str | None:
-    """Compare one launched job with its processes and the clock; returns what was done."""
+    """Compare one launched job with its processes and the clock; returns what was done.
+
+    The cases, in order: a preemption that is over (or overdue), a worker whose process
+    is gone, silent or over its memory, a cancel that was not obeyed, a timeout the
+    executor did not enforce, a CPU notebook left idle.
+    """
     now = now or timezone.now()
     backend = get_backend(job.backend)
     probes = {p.rank: p for p in (backend.adopt(job) if adopting else backend.probe(job))}
     job.refresh_from_db()
     if job.state not in states.LAUNCHED:
         return None
-    grace = settings.GANTRY_JOB_GRACE_SECONDS
     if job.preempt_requested_at and not job.cancel_requested_at:
-        alive = any(p.alive for p in probes.values())
-        # The command's checkpoint save window (executor/checkpoints.py) comes first.
-        wait = grace + settings.GANTRY_PREEMPT_SAVE_SECONDS + 30
-        if not alive or (now - job.preempt_requested_at).total_seconds() > wait:
-            backend.kill(job)
-            requeue_preempted(job, "processes killed: they did not stop in time" if alive else "")
-            return "preempted"
-        return None
-    workers = [w for w in job.worker_set.all() if w.state not in WORKER_DONE]
+        return _finish_preemption(job, backend, probes, now)
+    return (
+        _check_workers(job, backend, probes, now, adopting)
+        or _enforce_cancel(job, backend, now)
+        or _enforce_timeout(job, backend, now)
+        or _stop_idle_notebook(job, now)
+    )
+
+
+def _finish_preemption(job: Job, backend, probes, now: datetime) -> str | None:
+    """Requeue a preempted job once its processes are gone, or kill them when they
+    overstay the grace period and the checkpoint save window (executor/checkpoints.py)."""
+    alive = any(p.alive for p in probes.values())
+    wait = settings.GANTRY_JOB_GRACE_SECONDS + settings.GANTRY_PREEMPT_SAVE_SECONDS + 30
+    if not alive or (now - job.preempt_requested_at).total_seconds() > wait:
+        backend.kill(job)
+        requeue_preempted(job, "processes killed: they did not stop in time" if alive else "")
+        return "preempted"
+    return None
+
+
+def _check_workers(job: Job, backend, probes, now: datetime, adopting: bool) -> str | None:
+    """A worker whose executor vanished or stopped sending heartbeats is lost; one over its
+    memory request is killed (the job fails)."""
     timeout = settings.GANTRY_HEARTBEAT_TIMEOUT_SECONDS
     who = (lambda w: f"worker {w.rank} ") if job.workers > 1 else (lambda w: "")
-    for w in workers:
+    for w in [w for w in job.worker_set.all() if w.state not in WORKER_DONE]:
         probe = probes.get(w.rank)
         if probe is not None and not probe.alive:
             reason = (
@@ -263,17 +282,10 @@ def reconcile_job(job: Job, now: datetime | None = None, *, adopting: bool = Fal
                 if adopting
                 else f"{who(w)}{probe.detail or 'executor process vanished'}"
             )
-            backend.kill(job)
-            _lose_worker(job, w.rank, reason)
-            end_attempt(job, JobState.LOST, reason)
-            return "lost"
+            return _lose(job, backend, w.rank, reason)
         seen = w.last_heartbeat_at or w.launched_at
         if seen and (now - seen).total_seconds() > timeout:
-            reason = f"{who(w)}no heartbeat for {int((now - seen).total_seconds())} s"
-            backend.kill(job)
-            _lose_worker(job, w.rank, reason)
-            end_attempt(job, JobState.LOST, reason)
-            return "lost"
+            return _lose(job, backend, w.rank, f"{who(w)}no heartbeat for {int((now - seen).total_seconds())} s")
         if probe is not None and probe.rss_mb is not None and probe.rss_mb > job.memory_mb:
             reason = (
                 f"{who(w)}exceeded its memory limit of {job.memory_mb} MiB "
@@ -284,37 +296,60 @@ def reconcile_job(job: Job, now: datetime | None = None, *, adopting: bool = Fal
             JobWorker.objects.filter(job=job, rank=w.rank).update(state="failed", reason=reason)
             end_attempt(job, JobState.FAILED, reason)
             return "memory"
+    return None
+
+
+def _lose(job: Job, backend, rank: int, reason: str) -> str:
+    backend.kill(job)
+    _lose_worker(job, rank, reason)
+    end_attempt(job, JobState.LOST, reason)
+    return "lost"
+
+
+def _enforce_cancel(job: Job, backend, now: datetime) -> str | None:
+    """A cancel the processes did not obey within the grace period: kill them."""
+    grace = settings.GANTRY_JOB_GRACE_SECONDS
     if job.cancel_requested_at and (now - job.cancel_requested_at).total_seconds() > grace + 30:
         backend.kill(job)
         transition(
             job, JobState.CANCELLED, "cancelled (processes killed: they did not stop in time)"
         )
         return "cancelled"
-    if job.timeout_seconds and job.started_at:
-        limit = job.timeout_seconds + grace + 30
-        if (now - job.started_at).total_seconds() > limit:
-            backend.kill(job)
-            transition(
-                job,
-                JobState.TIMED_OUT,
-                f"timed out after {job.timeout_seconds} s (stopped by the server)",
-            )
-            return "timed_out"
-    # Request traffic keeps only CPU notebooks alive: GPU jobs are judged by their GPUs'
-    # utilization (telemetry.services.check_idle, which falls back to traffic without NVML).
-    if (
+    return None
+
+
+def _enforce_timeout(job: Job, backend, now: datetime) -> str | None:
+    """The executor stops a job at its timeout; past the timeout and the grace period,
+    the server does."""
+    if not (job.timeout_seconds and job.started_at):
+        return None
+    limit = job.timeout_seconds + settings.GANTRY_JOB_GRACE_SECONDS + 30
+    if (now - job.started_at).total_seconds() <= limit:
+        return None
+    backend.kill(job)
+    transition(
+        job, JobState.TIMED_OUT, f"timed out after {job.timeout_seconds} s (stopped by the server)"
+    )
+    return "timed_out"
+
+
+def _stop_idle_notebook(job: Job, now: datetime) -> str | None:
+    """Request traffic keeps only CPU notebooks alive: GPU jobs are judged by their GPUs'
+    utilization (telemetry.services.check_idle, which falls back to traffic without NVML)."""
+    if not (
         job.kind == JobKind.NOTEBOOK
         and job.gpus == 0
         and job.state == JobState.RUNNING
         and not job.cancel_requested_at
     ):
-        idle = timedelta(minutes=settings.GANTRY_NOTEBOOK_IDLE_MINUTES)
-        last = job.last_activity_at or job.started_at
-        if last and now - last > idle:
-            cancel_job(
-                None,
-                job,
-                f"stopped after {settings.GANTRY_NOTEBOOK_IDLE_MINUTES} minutes without activity",
-            )
-            return "idle"
+        return None
+    idle = timedelta(minutes=settings.GANTRY_NOTEBOOK_IDLE_MINUTES)
+    last = job.last_activity_at or job.started_at
+    if last and now - last > idle:
+        cancel_job(
+            None,
+            job,
+            f"stopped after {settings.GANTRY_NOTEBOOK_IDLE_MINUTES} minutes without activity",
+        )
+        return "idle"
     return None

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from core import audit, registry
 from images.services import check_image_for_project, resolve_for_job
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import Job, JobEvent, JobImage, JobWorker
 from jobs.services.validation import SPEC_FIELDS, validate_spec
 from jobs.states import JobState

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import JobKind
 
 SPEC_FIELDS = (

@@ -42,14 +42,3 @@ def finish_decision(
         waiting[rid] = new(WaitReason, (code, msg, pos, est))
     return decision
 
-
-def waiting_in_order(
-    pre: Mapping[str, tuple[str, str, float | None]], decision: Decision
-) -> Decision:
-    """``finish_decision`` for a pass whose ``pre`` holds exactly its waiting jobs, in pass
-    order (job ids are unique): positions follow that order."""
-    waiting = decision.waiting
-    new = tuple.__new__
-    for pos, (rid, (code, msg, est)) in enumerate(pre.items(), 1):
-        waiting[rid] = new(WaitReason, (code, msg, pos, est))
-    return decision

@@ -61,13 +61,14 @@ class Cluster:
         self.free_g = sum(f for f in self.fg if f > 0)
 
     def _move(self, i: int, old: int, new: int) -> None:
-        ob = min(max(old, 0), self.maxg)
-        nb = min(max(new, 0), self.maxg)
+        top = self.maxg  # the buckets: min(max(free, 0), top); max(free, 0) for free_g
+        ob = 0 if old < 0 else top if old > top else old
+        nb = 0 if new < 0 else top if new > top else new
         if ob != nb:
             b = self.buckets[self.model[i]]
             del b[ob][i]
             b[nb][i] = None
-        self.free_g += max(new, 0) - max(old, 0)
+        self.free_g += (new if new > 0 else 0) - (old if old > 0 else 0)
 
     def take(self, i: int, g: int, c: float, m: int, extra: bool = False) -> None:
         old = self.fg[i]
@@ -105,6 +106,12 @@ class Cluster:
 
     def place(self, job: JobRequest, constrained: bool) -> dict[str, int] | None:
         g, c, m = job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker
+        if job.workers == 1:  # most jobs: no gang to undo
+            i = self.find(g, c, m, job.gpu_model, constrained)
+            if i < 0:
+                return None
+            self.take(i, g, c, m, constrained)
+            return {self.names[i]: 1}
         taken: list[int] = []
         for _ in range(job.workers):
             i = self.find(g, c, m, job.gpu_model, constrained)

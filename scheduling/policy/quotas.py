@@ -40,8 +40,11 @@ class PassState:
         self.used_m: dict[str, int] = {}
         self.used_j: dict[str, int] = {}
         self.running: list[RunningJob] = list(snapshot.running)
+        # The lowest priority each tenant runs (what preemption within a tenant looks at).
+        self.lowest_priority: dict[str, int] = {}
         cl = self.cl
         used_g, used_c, used_m, used_j = self.used_g, self.used_c, self.used_m, self.used_j
+        lowest = self.lowest_priority
         index, fg, fc, fm = cl.index, cl.fg, cl.fc, cl.fm
         for rj in self.running:
             r = rj.request
@@ -52,11 +55,14 @@ class PassState:
                 used_c[t] += n * c
                 used_m[t] += n * m
                 used_j[t] += 1
+                if r.priority < lowest[t]:
+                    lowest[t] = r.priority
             else:  # the same sums as starting from 0 / 0.0 (types included)
                 used_g[t] = 0 + n * g
                 used_c[t] = 0.0 + n * c
                 used_m[t] = 0 + n * m
                 used_j[t] = 1
+                lowest[t] = r.priority
             for name, w in rj.placement.items():
                 i = index.get(name)
                 if i is not None:
@@ -67,11 +73,12 @@ class PassState:
 
     # -- usage bookkeeping
     def charge(self, r: JobRequest, sign: int = 1) -> None:
-        t = r.tenant
-        self.used_g[t] = self.used_g.get(t, 0) + sign * r.total_gpus
-        self.used_c[t] = self.used_c.get(t, 0.0) + sign * r.total_cpus
-        self.used_m[t] = self.used_m.get(t, 0) + sign * r.total_memory_mb
-        self.used_j[t] = self.used_j.get(t, 0) + sign
+        t, n = r.tenant, r.workers  # r.total_gpus etc., inline: once per admission
+        used_g, used_c, used_m, used_j = self.used_g, self.used_c, self.used_m, self.used_j
+        used_g[t] = used_g.get(t, 0) + sign * (n * r.gpus_per_worker)
+        used_c[t] = used_c.get(t, 0.0) + sign * (n * r.cpus_per_worker)
+        used_m[t] = used_m.get(t, 0) + sign * (n * r.memory_mb_per_worker)
+        used_j[t] = used_j.get(t, 0) + sign
 
     def shape(self, r: JobRequest) -> _ShapeInfo:
         key = (r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker, r.gpu_model)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
+from operator import itemgetter
 
 from .data import INF, JobRequest, PolicyConfig, Snapshot
 from .entitlement import entitled_now
@@ -11,6 +13,22 @@ from .quotas import PassState
 
 # A tenant's entitlement is never taken as less than this many GPUs (it divides).
 _MIN_SHARE = 0.05
+# Jobs in a row without an admission before the merge orders the rest at once (at least;
+# Ranker._merged).
+_AT_ONCE_AFTER = 256
+
+
+def _sort_queue(queue: list) -> None:
+    """Sort a tenant's queue by (-priority, virtual submit time, submit time, id): ids are
+    unique, so the comparison never reaches the request. Where no two virtual submit times
+    are equal (the usual case), two sorts on one number each give that order faster than
+    comparing tuples: by time, then stably by priority."""
+    by_time = itemgetter(1)
+    queue.sort(key=by_time)
+    if len(set(map(by_time, queue))) == len(queue):
+        queue.sort(key=itemgetter(0))
+    else:
+        queue.sort()
 
 
 class Ranker:
@@ -38,10 +56,19 @@ class Ranker:
     original submit time, so it keeps its place. With ``guarantee_first`` (off by default)
     jobs that fit in their tenant's guarantee and in the free capacity come before all of
     this (``_within_guarantee``).
+
+    With ``guarantees_before_rank`` (the default, issue 40) the jobs that fit in their
+    tenant's unused guarantee come first of all (``_guaranteed``), and the rest, the work
+    that borrows, is ordered within the same priority by its attained-service level
+    (``las_thresholds_gpu_s`` over ``Snapshot.attained``: least served first, as Tiresias)
+    before the size-weighted submit time; across tenants fair share (service over
+    entitlement) still applies to it.
     """
 
     __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
-                 "guar", "head_found", "now", "bonus", "cl")
+                 "guar", "head_found", "now", "bonus", "cl", "admissions")
+    # (The level of attained service rides in the priority slot: -priority x (levels + 1)
+    # + level, so the queue tuples keep their shape.)
 
     def __init__(
         self, snapshot: Snapshot, common: PassState, cfg: PolicyConfig, now: float
@@ -60,26 +87,43 @@ class Ranker:
             return
         # A job without an estimate counts as the median estimate of those that have one:
         # neither ahead of nor behind a typical job for leaving its timeout unset.
-        known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
-        typical = known[(len(known) - 1) // 2] if known else 0.0
+        typical = 0.0
+        if any(r.estimated_duration is None for r in pend):
+            known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
+            typical = known[(len(known) - 1) // 2] if known else 0.0
         queues: dict[str, list] = {}
         per_s = cfg.size_weight / max(sum(common.cl.cap_g), 1)
         single, cap = cfg.size_single_gpu - 1, cfg.size_shift_cap_s
-        for r in pend:
+        # Levels only where some job has attained service (none: every level is 0).
+        thresholds = (cfg.las_thresholds_gpu_s
+                      if cfg.guarantees_before_rank and snapshot.attained else ())
+        levels = len(thresholds) + 1
+        attained = snapshot.attained
+        # What each tenant wants now (running + pending GPUs), for its share below.
+        demand = dict(common.used_g)
+        for r in pend:  # the one loop over up to 10,000 jobs here: kept flat
             est = r.estimated_duration
-            g = r.total_gpus
-            v = r.submit_time
+            g = r.workers * r.gpus_per_worker
+            v = submit = r.submit_time
             if g:  # a CPU-only job holds no GPUs: it keeps its submit time
                 shift = per_s * (typical if est is None else est) * (g * g + single)
                 v += shift if shift < cap else cap
-            queues.setdefault(r.tenant, []).append((-r.priority, v, r.submit_time, r.id, r))
-        for q in queues.values():
-            q.sort()  # ids are unique, so the comparison never reaches the request
+            negp = -r.priority
+            if thresholds:
+                negp *= levels
+                got = attained.get(r.id)
+                if got:
+                    negp += sum(1 for th in thresholds if got >= th)
+            t = r.tenant
+            queue = queues.get(t)
+            if queue is None:
+                queue = queues[t] = []
+            queue.append((negp, v, submit, r.id, r))
+            demand[t] = demand.get(t, 0) + g
+        for queue in queues.values():
+            _sort_queue(queue)
         hist, ent = snapshot.usage_history, snapshot.entitled_history
         window = max(cfg.usage_window_s, 1e-9)
-        demand = dict(common.used_g)
-        for r in pend:
-            demand[r.tenant] = demand.get(r.tenant, 0) + r.total_gpus
         now_share = entitled_now(sum(common.cl.cap_g), demand, common.quotas)
         self.service: dict[str, float] = {}
         self.share: dict[str, float] = {}
@@ -93,6 +137,7 @@ class Ranker:
         self.ver = dict.fromkeys(queues, 0)
         self.bonus = {t: self._bonus(t) for t in queues}
         self.heap: list = []
+        self.admissions = 0
         for t in queues:
             self._push(t)
 
@@ -116,6 +161,8 @@ class Ranker:
             yield from self.queues[""]
             return
         done: set[str] = set()
+        if self.cfg.guarantees_before_rank:
+            yield from self._guaranteed(done)
         if self.cfg.guarantee_first:
             yield from self._within_guarantee(done)
         tail = self.cfg.fifo_tail_fraction
@@ -139,18 +186,133 @@ class Ranker:
                 if r.id not in done:
                     done.add(r.id)
                     yield r
-        heap = self.heap
+        yield from self._merged(done)
+
+    def _merged(self, done: set[str]):
+        """The tenants' queues merged by their heads' keys (``_push``): the job at the top of
+        the heap is yielded, and its tenant's next job replaces it there, in one step unless
+        an admission (``admitted``) moved the tenant's key meanwhile. Once a run of jobs has
+        gone by without an admission (most of a long queue waits), the rest is ordered at
+        once (``_rest_in_order``) and walked until an admission moves the keys again."""
+        heap, pos, queues, ver, bonus = self.heap, self.pos, self.queues, self.ver, self.bonus
+        boost = self.cfg.guarantee_boost_s
+        heappop, heapreplace = heapq.heappop, heapq.heapreplace
+        # Jobs since the last admission, and the most that went by between two admissions:
+        # ordering the rest at once pays where admissions have stopped, so it waits for a
+        # run four times that long (a queue that keeps admitting stays on the heap).
+        calm = longest = 0
+        at_once = not boost  # (the boost is per job: only the heap is exact with it)
         while heap:
-            _, _, _, _, t, ver = heapq.heappop(heap)
-            if ver != self.ver[t]:
+            if at_once and calm >= max(_AT_ONCE_AFTER, 4 * longest):
+                rest = self._rest_in_order()
+                if rest is None:  # two keys tie: only the heap is exact here
+                    at_once = False
+                    continue
+                walked = yield from self._walk(rest, done)
+                calm, longest = 0, max(longest, calm + walked)  # an admission came
                 continue
+            top = heap[0]
+            t = top[4]
+            if top[5] != ver[t]:
+                heappop(heap)  # pushed before an admission moved the tenant's key
+                continue
+            queue = queues[t]
+            i = pos[t]
+            pos[t] = i + 1
+            r = queue[i][4]
+            if r.id not in done:
+                admissions = self.admissions
+                yield r
+                if self.admissions != admissions:  # r was admitted: the heap changed
+                    calm, longest = 0, max(longest, calm)
+                    if ver[t] == top[5]:  # (its tenant's next job is there, unless ...)
+                        ver[t] += 1
+                        self._push(t)
+                    continue
+                calm += 1
+            if i + 1 < len(queue):
+                negp, v, sub, rid, r = queue[i + 1]
+                v += bonus[t]
+                if boost and self.used[t] + r.workers * r.gpus_per_worker <= self.guar[t]:
+                    v -= boost
+                heapreplace(heap, (negp, v, sub, rid, t, top[5]))
+            else:
+                heappop(heap)
+
+    def _rest_in_order(self) -> list[JobRequest] | None:
+        """Every job not yet merged, in the order the heap would merge them while no job is
+        admitted: by (-priority, virtual submit time + its tenant's bonus), as ``_push`` keys
+        a head. Where no two of those times are equal, each tenant's jobs are already in that
+        order and the pair decides alone, so two sorts on one number each give it; None
+        where two are equal (or not a number), for the heap to break the tie by submit time
+        and id."""
+        jobs: list[tuple] = []
+        times: list[float] = []
+        for t, queue in self.queues.items():
             i = self.pos[t]
-            self.pos[t] = i + 1
-            self.ver[t] += 1
-            r = self.queues[t][i][4]
+            if i < len(queue):
+                b = self.bonus[t]
+                rest = queue[i:]
+                jobs += rest
+                times += [x[1] + b for x in rest]
+        if len(set(times)) != len(times) or math.isnan(sum(times)):
+            return None
+        order = sorted(range(len(times)), key=times.__getitem__)
+        priorities = list(map(itemgetter(0), jobs))
+        if len(set(priorities)) > 1:
+            order.sort(key=priorities.__getitem__)  # stable: by time within a priority
+        return [jobs[k][4] for k in order]
+
+    def _walk(self, rest: list[JobRequest], done: set[str]):
+        """Yield ``rest`` (``_rest_in_order``) up to the first admission; then each tenant's
+        position is past its jobs yielded, and the heap holds the tenants' next jobs.
+        Returns how many jobs went by before that admission."""
+        admissions = self.admissions
+        taken = len(rest)
+        for k, r in enumerate(rest):
             if r.id not in done:
                 yield r
+                if self.admissions != admissions:
+                    taken = k + 1
+                    break
+        pos = self.pos
+        for r in itertools.islice(rest, taken):
+            pos[r.tenant] += 1
+        self.heap.clear()
+        for t in self.queues:
+            self.ver[t] += 1
             self._push(t)
+        return taken - 1
+
+    def _guaranteed(self, done: set[str]):
+        """Jobs that fit in their tenant's unused guarantee, before any ranking across
+        tenants: tenants with the smallest part of their guarantee in use first, each
+        tenant's jobs in its own rank order, each job taking its GPUs out of what is left of
+        the guarantee whether or not it starts (a job that cannot start holds the
+        reservation or reclaims borrowed GPUs; the next ones of its tenant must still fit
+        beside it). A job that does not fit what is left goes to the ranked rest, except
+        the first job of a tenant that runs nothing, however wide."""
+        tenants = sorted((t for t in self.queues if self.guar[t] > self.used[t]),
+                         key=lambda t: (self.used[t] / self.guar[t],
+                                        self.service[t] / self.share[t], t))
+        for t in tenants:
+            left = self.guar[t] - self.used[t]
+            idle = left == self.guar[t]
+            for x in self.queues[t]:
+                r = x[4]
+                gpus = r.total_gpus
+                if r.id in done or gpus == 0:
+                    continue
+                if gpus <= left or idle:
+                    # A tenant running nothing: its first job counts as within its
+                    # guarantee however wide (the private slice rounded up to it, as the
+                    # sharing incentive measures it); it still borrows the GPUs beyond.
+                    left -= gpus
+                    idle = False
+                    done.add(r.id)
+                    yield r
+                    if left <= 0:
+                        break
 
     def _within_guarantee(self, done: set[str]):
         """Jobs that fit in their tenant's guarantee (GPUs running now, including this pass's
@@ -214,4 +376,5 @@ class Ranker:
         self.bonus[t] = self._bonus(t)
         self.used[t] += r.total_gpus
         self.ver[t] += 1
+        self.admissions += 1
         self._push(t)

@@ -50,14 +50,35 @@ Policy, in order of application (``SchedulePass``, whose steps are named for the
    Admissions in a decision may use resources of the jobs listed in ``preempt``: the
    executor must let those exit (SIGTERM + grace) before starting the admitted pods.
    (Live admission reclaims at once, guards off: ``scheduling/admission.py``.)
-7. **Explanations.** Every job left waiting gets a code, a plain-words message, its 1-based
+7. **Guarantees before ranking** (``guarantees_before_rank``, on by default; issue 40). Before
+   step 1 orders anything, the jobs that fit in their tenant's unused guarantee are
+   considered, tenants with the least of their guarantee in use first: such a job starts
+   on free GPUs, else reclaims borrowed ones (step 6, after ``reclaim_after_wait_s``), else
+   holds the EASY reservation, so a tenant below its guarantee is never held back by
+   another tenant's borrowed work. What is left (work that borrows) is ranked as in step 1,
+   its attained-service level (``las_thresholds_gpu_s``, Tiresias-style) first within a
+   priority; with ``las_preempt_borrowed`` (off by default: it assumes jobs resume from
+   checkpoints) a borrowed job, or one of the job's own tenant, of the same priority and a
+   higher level may be preempted for it.
+8. **Explanations.** Every job left waiting gets a code, a plain-words message, its 1-based
    position among waiting jobs and, where computable, an estimated start.
 """
 
 from __future__ import annotations
 
-from .data import INF, Decision, JobRequest, PolicyConfig, Reservation, RunningJob, Snapshot
-from .messages import finish_decision, human_duration, waiting_in_order
+import heapq
+
+from .data import (
+    INF,
+    Decision,
+    JobRequest,
+    PolicyConfig,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    WaitReason,
+)
+from .messages import finish_decision, human_duration
 from .placement import fits_count
 from .quotas import PassState
 from .ranking import Ranker
@@ -116,9 +137,10 @@ class SchedulePass:
         self.ranker = Ranker(snapshot, self.state, self.config, now)
         self.ranker.head_found = lambda: self.reserved_job is not None
         self.work_lost = snapshot.work_lost
+        self.attained = snapshot.attained
         self.decision = Decision()
         # Every job the ranker yields that is not admitted, in yield order (= its position).
-        self.waiting: dict[str, Wait] = {}
+        self.waiting: dict[str, WaitReason] = self.decision.waiting
         # Jobs admitted in this pass: (request, placement, estimated end).
         self.started: list[tuple[JobRequest, dict[str, int], float]] = []
 
@@ -142,53 +164,55 @@ class SchedulePass:
         # Preemption: which running jobs are borrowed, and the lowest priorities running.
         self.preempted: set[str] = set()
         self.victim_order: list[_Victim] | None = None  # sorted on the first search only
-        self.borrowed = self._borrowed_jobs() if self.config.preemption else set()
-        running = self.state.running
-        self.lowest_running_priority = min((j.request.priority for j in running), default=None)
-        self.lowest_priority_of: dict[str, int] = {}
-        for job in running:
-            tenant, priority = job.request.tenant, job.request.priority
-            if priority < self.lowest_priority_of.get(tenant, priority + 1):
-                self.lowest_priority_of[tenant] = priority
+        # Some job is borrowed where a tenant runs more than its guarantee; which ones is
+        # worked out on the first search that needs it (``borrowed``).
+        self.any_borrowed = self.config.preemption and any(
+            gpus > (q.guaranteed_gpus if (q := self.quotas.get(tenant)) else 0)
+            for tenant, gpus in self.state.used_g.items()
+        )
+        self._borrowed: set[str] | None = None
+        self.lowest_priority_of = self.state.lowest_priority
+        self.lowest_running_priority = min(self.lowest_priority_of.values(), default=None)
 
     # -- the pass
 
     def run(self) -> Decision:
         """Answer every pending job in rank order; return the decision."""
         state, waiting, now = self.state, self.waiting, self.now
-        # Per-pass shape numbers, so the memo keys below hash small ints, not six fields.
-        shape_numbers: dict[tuple, int] = {}
-        never_fits: list[tuple[str, str] | None] = []  # by shape number: too_large's answer
-        # (shape number, constrained, priority) -> (state_version, the answer then).
-        answered: dict[tuple, tuple[int, Wait]] = {}
+        new = tuple.__new__  # WaitReason(...) without the Python-level __new__ per job
+        # (tenant, worker shape, priority, constrained) -> (state_version, the answer then:
+        # code, message, ETA); None for the version: a shape that can never run, answered
+        # for good; -1: one that can, with no answer that holds.
+        answered: dict[tuple, tuple] = {}
         for job in self.ranker:
-            job_id = job.id
-            shape_key = (job.tenant, job.workers, job.gpus_per_worker, job.cpus_per_worker,
-                         job.memory_mb_per_worker, job.gpu_model)
-            shape = shape_numbers.get(shape_key)
-            if shape is None:
-                shape = shape_numbers[shape_key] = len(never_fits)
-                never_fits.append(state.too_large(job))
-            too_large = never_fits[shape]
-            if too_large is not None:
-                waiting[job_id] = (too_large[0], too_large[1], None)
-                continue
             # Constrained: the job must not take what the reservation needs, unless it is
             # estimated to end before the reserved start.
-            constrained = False
-            if self.reserved_job is not None:
+            if self.reserved_job is None:
+                constrained = False
+            else:
                 estimate, start = job.estimated_duration, self.reserved_start
                 constrained = not (estimate is not None and start is not None
                                    and now + estimate <= start)
-            memo_key = (shape, constrained, job.priority)
+            memo_key = (job.tenant, job.workers, job.gpus_per_worker, job.cpus_per_worker,
+                        job.memory_mb_per_worker, job.gpu_model, job.priority, constrained)
             memo = answered.get(memo_key)
-            if memo is not None and memo[0] == self.state_version:
-                waiting[job_id] = memo[1]
-                continue
+            if memo is None:
+                too_large = state.too_large(job)
+                if too_large is not None:
+                    code, message = too_large
+                    answered[memo_key] = (None, code, message, None)
+                    waiting[job.id] = new(WaitReason, (code, message, len(waiting) + 1, None))
+                    continue
+            else:
+                version, code, message, estimate = memo
+                if version == self.state_version or version is None:
+                    waiting[job.id] = new(WaitReason,
+                                          (code, message, len(waiting) + 1, estimate))
+                    continue
             wait = self._consider(job, constrained)
-            if wait is not None:
-                answered[memo_key] = (self.state_version, wait)
-        return waiting_in_order(waiting, self.decision)
+            answered[memo_key] = (-1, None, None, None) if wait is None else (
+                self.state_version, *wait)
+        return self.decision
 
     def _consider(self, job: JobRequest, constrained: bool) -> Wait | None:
         """Start ``job`` or say why it waits. Returns the answer when it holds for every
@@ -233,8 +257,8 @@ class SchedulePass:
 
     def _admit(self, job: JobRequest, placement: dict[str, int], victims: list[_Victim]) -> None:
         job_id, tenant = job.id, job.tenant
-        within_guarantee = (self.state.used_g.get(tenant, 0) + job.total_gpus
-                            <= self.quotas[tenant].guaranteed_gpus)
+        within_guarantee = victims and (self.state.used_g.get(tenant, 0) + job.total_gpus
+                                        <= self.quotas[tenant].guaranteed_gpus)
         for victim in victims:
             victim_id = victim.request.id
             self.preempted.add(victim_id)
@@ -256,7 +280,10 @@ class SchedulePass:
     # -- waiting
 
     def _wait(self, job: JobRequest, wait: Wait) -> Wait:
-        self.waiting[job.id] = wait
+        """``job`` waits: its reason, and its position (the jobs answered so far + 1)."""
+        waiting = self.waiting
+        code, message, estimate = wait
+        waiting[job.id] = WaitReason(code, message, len(waiting) + 1, estimate)
         return wait
 
     def _wait_at_the_head(self, job: JobRequest) -> None:
@@ -271,7 +298,7 @@ class SchedulePass:
             message += f"; next in line, reserved start in ~{human_duration(start - self.now)}"
         elif holds_reservation:
             message += "; next in line once jobs without a runtime estimate finish"
-        self.waiting[job.id] = (code, message, start)
+        self._wait(job, (code, message, start))
         if not self.config.backfill:
             self._block_everything_behind(job)
         self.state_version += 1
@@ -297,7 +324,7 @@ class SchedulePass:
             estimate = job.estimated_duration
             why = ("it has no runtime estimate" if estimate is None
                    else f"its estimated {human_duration(estimate)} would run past that start")
-            self.waiting[job.id] = ("reserved_for_head", f"{self.held_message}; {why}", None)
+            self._wait(job, ("reserved_for_head", f"{self.held_message}; {why}", None))
             return None
         code, message = self.state.capacity_message(job)
         return self._wait(job, (code, message, None))
@@ -349,20 +376,31 @@ class SchedulePass:
         cluster = self.cluster
         n = len(cluster.fg)
         free_g, free_c, free_m = list(cluster.fg), list(cluster.fc), list(cluster.fm)
-        right_model = [not job.gpu_model or cluster.model[i] == job.gpu_model for i in range(n)]
-        fits = [fits_count(free_g[i], free_c[i], free_m[i], g, c, m) if right_model[i] else 0
-                for i in range(n)]
+        if job.gpu_model:
+            right_model = [model == job.gpu_model for model in cluster.model]
+            fits = [fits_count(free_g[i], free_c[i], free_m[i], g, c, m) if right_model[i] else 0
+                    for i in range(n)]
+        else:  # every node
+            right_model = [True] * n
+            fits = [fits_count(fg, fc, fm, g, c, m)
+                    for fg, fc, fm in zip(free_g, free_c, free_m, strict=True)]
         total = sum(fits)
         if total >= job.workers:
             return self.now, free_g, free_c, free_m, fits
+        now, preempted = self.now, self.preempted
         ends = [
-            (self._estimated_end(rj), rj.request.id, rj.request, rj.placement)
+            (INF if (estimate := r.estimated_duration) is None
+             else now if now > (end := rj.start_time + estimate) else end,
+             r.id, r, rj.placement)
             for rj in self.state.running
-            if rj.request.id not in self.preempted
-        ]
+            if (r := rj.request).id not in preempted
+        ]  # each as _estimated_end (max(end, now)), inline: one entry per running job
         ends.extend((end, r.id, r, placement) for r, placement, end in self.started)
-        ends.sort()  # by (end, id); ids are unique, so comparisons stop there
-        for end, _, ending, placement in ends:
+        # In (end, id) order, taken only as far as needed: ids are unique, so comparisons
+        # stop there and the heap gives the sorted order.
+        heapq.heapify(ends)
+        while ends:
+            end, _, ending, placement = heapq.heappop(ends)
             ends_g, ends_c, ends_m = (ending.gpus_per_worker, ending.cpus_per_worker,
                                       ending.memory_mb_per_worker)
             for name, workers in placement.items():
@@ -381,6 +419,13 @@ class SchedulePass:
         return None  # cannot fit even when everything ends (nodes missing)
 
     # -- preemption
+
+    @property
+    def borrowed(self) -> set[str]:
+        """The running jobs other tenants may reclaim (``_borrowed_jobs``), once per pass."""
+        if self._borrowed is None:
+            self._borrowed = self._borrowed_jobs() if self.any_borrowed else set()
+        return self._borrowed
 
     def _borrowed_jobs(self) -> set[str]:
         """Running jobs beyond their tenant's guarantee, which fills in (priority desc,
@@ -420,7 +465,8 @@ class SchedulePass:
         # waited reclaim_after_wait_s (_candidates' rule): before that (or with reclaim off)
         # the search cannot succeed, and it costs a walk over every running job.
         return bool(
-            (self.borrowed and self.now - job.submit_time >= cfg.reclaim_after_wait_s)
+            (self.any_borrowed and (self.now - job.submit_time >= cfg.reclaim_after_wait_s
+                                or cfg.las_preempt_borrowed))
             or (self.lowest_running_priority is not None
                 and job.priority > self.lowest_running_priority)
         )
@@ -446,6 +492,11 @@ class SchedulePass:
         """GPU-seconds the victim loses: since its last checkpoint, else since its start."""
         return self.work_lost.get(victim.request.id,
                                   victim.gpus * (self.now - victim.job.start_time))
+
+    def _las_level(self, job_id: str, default: float) -> int:
+        """The attained-service level of a job (``PolicyConfig.las_thresholds_gpu_s``)."""
+        got = self.attained.get(job_id, default)
+        return sum(1 for th in self.config.las_thresholds_gpu_s if got >= th)
 
     def _victims_in_order(self) -> list[_Victim]:
         """Running jobs in the order they are taken: lowest priority first, then least work
@@ -478,22 +529,31 @@ class SchedulePass:
         # take back, but it never throws away more than it gains.
         ratio = cfg.reclaim_work_ratio
         max_loss = INF if ratio == INF else ratio * job.total_gpus * max(waited, 0.0)
+        # Attained service (LAS): a job may take a borrowed job, or one of its own tenant's,
+        # of the same priority that has received more service (a higher level).
+        las_level = self._las_level(job.id, 0.0) if cfg.las_preempt_borrowed else None
         candidates = []
         available = self.cluster.free_g
         for victim in self._victims_in_order():
             victim_id = victim.request.id
-            if victim_id in self.preempted:
+            if victim_id in self.preempted or not victim.job.preemptible:
                 continue
             if now - victim.job.start_time < cfg.min_runtime_before_preempt_s:
                 continue
+            more_served = (
+                las_level is not None
+                and victim.request.priority == job.priority
+                and self._las_level(victim_id, victim.gpus * (now - victim.job.start_time))
+                > las_level
+            )
             if victim.request.tenant == job.tenant:
-                allowed = victim.request.priority < job.priority
+                allowed = victim.request.priority < job.priority or more_served
             elif victim_id in self.borrowed:
                 allowed = victim.request.priority < job.priority or (
                     may_reclaim
                     and self._lost_work(victim) <= max_loss
                     and victim.end - now >= cfg.reclaim_min_remaining_s
-                )
+                ) or more_served
             else:
                 allowed = False
             if allowed:

@@ -356,10 +356,10 @@ def test_an_accepted_invitation_cannot_be_withdrawn(owner, tenant, outsider):
 
 def test_an_inviter_who_lost_the_admin_role_invites_no_one(owner, tenant, make_user, client):
     admin = make_user("adele")
-    services.add_member(actor=owner, tenant=tenant, user=admin, role=TenantRole.ADMIN)
+    services.TENANT_MEMBERS.add(actor=owner, place=tenant, user=admin, role=TenantRole.ADMIN)
     path = invite_on_page(admin, tenant, "ada@example.org")
     membership = Membership.objects.get(tenant=tenant, user=admin)
-    services.change_member_role(actor=owner, membership=membership, role=TenantRole.MEMBER)
+    services.TENANT_MEMBERS.change_role(actor=owner, member=membership, role=TenantRole.MEMBER)
     before = snapshot()
     response = client.post(path, {"username": "ada", "password1": PASSWORD, "password2": PASSWORD})
     assert response.status_code == 410

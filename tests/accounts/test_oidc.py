@@ -295,7 +295,7 @@ def test_removed_group_removes_access_but_never_local_memberships(
 ):
     gantry_sign_in(browser)
     # A role granted by hand in Gantry is not the provider's to take away.
-    account_services.add_member(actor=outsider, tenant=other_tenant, user=alice())
+    account_services.TENANT_MEMBERS.add(actor=outsider, place=other_tenant, user=alice(), role="member")
     token, key = account_services.create_api_token(actor=alice(), name="ci")
     api = Client(HTTP_AUTHORIZATION=f"Bearer {key}")
     assert api.get(f"/api/v1/projects/{project.pk}/").status_code == 200

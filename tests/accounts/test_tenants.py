@@ -66,18 +66,18 @@ def test_adding_unknown_user_explains_why(client_for, owner, tenant):
 
 def test_admin_cannot_grant_owner(tenant, owner, member, make_user):
     admin = make_user("ada")
-    services.add_member(actor=owner, tenant=tenant, user=admin, role=TenantRole.ADMIN)
+    services.TENANT_MEMBERS.add(actor=owner, place=tenant, user=admin, role=TenantRole.ADMIN)
     membership = Membership.objects.get(tenant=tenant, user=member)
     with pytest.raises(PermissionDenied):
-        services.change_member_role(actor=admin, membership=membership, role=TenantRole.OWNER)
+        services.TENANT_MEMBERS.change_role(actor=admin, member=membership, role=TenantRole.OWNER)
 
 
 def test_last_owner_cannot_be_demoted_or_removed(tenant, owner):
     membership = Membership.objects.get(tenant=tenant, user=owner)
     with pytest.raises(ValidationError):
-        services.change_member_role(actor=owner, membership=membership, role=TenantRole.MEMBER)
+        services.TENANT_MEMBERS.change_role(actor=owner, member=membership, role=TenantRole.MEMBER)
     with pytest.raises(ValidationError):
-        services.remove_member(actor=owner, membership=membership)
+        services.TENANT_MEMBERS.remove(actor=owner, member=membership)
     assert Membership.objects.get(pk=membership.pk).role == TenantRole.OWNER
 
 
@@ -86,8 +86,8 @@ def test_removing_a_member_removes_their_project_roles(tenant, owner, member, pr
     from projects.models import ProjectMember
 
     project_services.add_project_member(actor=owner, project=project, user=member, role="developer")
-    services.remove_member(
-        actor=owner, membership=Membership.objects.get(tenant=tenant, user=member)
+    services.TENANT_MEMBERS.remove(
+        actor=owner, member=Membership.objects.get(tenant=tenant, user=member)
     )
     assert not ProjectMember.objects.filter(user=member).exists()
 

@@ -10,7 +10,7 @@ import pytest
 from checkpoints import executor_api
 from checkpoints.models import Checkpoint
 from checkpoints.services import latest_complete
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.models import JobWorker
 from jobs.queries import log_lines
 from jobs.services.lifecycle import preempt_job

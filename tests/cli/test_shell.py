@@ -1,6 +1,6 @@
 """`gantry shell` and `gantry exec` against a live Gantry (uvicorn + qcluster + a real,
 sandboxed job): the shell runs in a real pty (pexpect) as a user's terminal would, and
-the server's terminal is the job's sandbox (jobs/terminal.py)."""
+the server's terminal is the job's sandbox (interactive/terminal.py)."""
 
 import os
 import subprocess
@@ -10,7 +10,7 @@ import pexpect
 import pytest
 
 from accounts import services as account_services
-from jobs.backends import sandbox
+from jobs.compute import sandbox
 from jobs.models import Job, JobWorker
 from jobs.services.submit import submit_job
 from tests.cli.conftest import cli_env

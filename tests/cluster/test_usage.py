@@ -4,7 +4,7 @@ import pytest
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
-from jobs.backends import reset_backends
+from jobs.compute import reset_backends
 from jobs.services.submit import submit_job
 from scheduling.admission import admission_pass
 from scheduling.services import set_tenant_quota
@@ -58,7 +58,10 @@ def test_the_overview_shows_usage_against_guarantee_and_borrow_limit(
     with django_assert_max_num_queries(12):
         page = client.get(reverse("scheduling:overview"))
     row = page.context["rows"][0]
-    assert row["usage"] == {"gpus": 2, "cpus": 1, "memory_mb": 256, "jobs": 1, "queued": 1}
+    assert row["usage"] == {
+        "gpus": 2, "cpus": 1, "memory_mb": 256, "jobs": 1, "queued": 1,
+        "services": {"gpus": 0, "cpus": 0, "memory_mb": 0, "replicas": 0},  # no endpoints
+    }  # fmt: skip
     assert row["limit"] == 3
     widths = [width for width, _, _ in row["bar"]["segments"]]
     assert widths == [33.3, 33.3, 0, 33.3]

@@ -13,7 +13,6 @@ import ipaddress
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import service_required
+from core.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -41,11 +41,6 @@ job = jobs.submit_job(root, project, name="first", command="python -c pass")
 print(tenant.pk, project.pk, job.pk)
 """
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def self_signed_certificate(folder: Path) -> tuple[Path, Path]:

@@ -4,7 +4,6 @@ import http.cookiejar
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,14 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from core.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.slow

@@ -50,7 +50,7 @@ def test_api_responses_carry_the_policy_too(client, db):
 
 def test_gantry_serves_no_notebook_and_exempts_nothing_from_its_policy():
     # JupyterLab (inline scripts, its own policy) is served on an origin of its own
-    # (jobs/notebook_origin.py): Gantry's origin has no route to it and no page without CSP.
+    # (interactive/origin.py): Gantry's origin has no route to it and no page without CSP.
     assert list(django_settings.GANTRY_CSP_EXEMPT_URL_NAMES) == []
     with pytest.raises(Resolver404):
         resolve("/jobs/1/lab/api/kernels")

@@ -22,11 +22,11 @@ import httpx
 import pytest
 from django.conf import settings
 
-from jobs import tensorboard
+from interactive import tensorboard
 from tests.core.test_run import free_port
-from tests.jobs.notebooks import Browser
+from tests.interactive.notebooks import Browser
+from tests.interactive.test_tensorboard import job_with_logdir
 from tests.jobs.test_browser import _database_url
-from tests.jobs.test_tensorboard import job_with_logdir
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

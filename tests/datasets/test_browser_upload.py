@@ -140,3 +140,40 @@ def test_a_chosen_folder_is_the_versions_top_level_as_push_lays_it_out(
 
     version = dataset.versions.get()
     assert sorted(version.files.values_list("path", flat=True)) == ["sub/notes.txt", "train.csv"]
+
+
+def test_files_chosen_before_the_upload_script_runs_are_still_listed(
+    asgi_server,  # noqa: F811
+    tmp_path,
+    owner,
+    project,
+):
+    """The file inputs work as soon as they are drawn, before the script at the page's end
+    has run: on a slow page their "change" event fires with nobody listening. Here the
+    script is held back until the files are chosen; they are listed once it runs."""
+    from playwright.sync_api import expect
+
+    dataset = catalog.create_dataset(owner, project, name="Slow", slug="slow")
+    client = Client()
+    client.force_login(owner)
+    held = []
+    with chromium() as browser:
+        context = browser.new_context()
+        context.add_cookies([{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": asgi_server}])
+        page = context.new_page()
+        page.route("**/datasets/upload.js", lambda route: held.append(route))
+        page.goto(f"{asgi_server}/datasets/{dataset.pk}/upload/", wait_until="commit")
+        page.wait_for_selector('[data-role="pick-files"]', state="attached")
+        for _ in range(200):  # Playwright hands the held request over while it waits
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert len(held) == 1, "the upload script was not held back"
+        page.set_input_files(
+            '[data-role="pick-files"]',
+            files=[{"name": "early.txt", "mimeType": "text/plain", "buffer": b"early\n"}],
+        )
+        held[0].continue_()
+        expect(page.locator('[data-role="files"] tr')).to_have_count(1)
+        expect(page.locator('[data-role="files"]')).to_contain_text("early.txt")
+        context.close()

@@ -5,8 +5,8 @@ import signal
 
 import pytest
 
-from jobs.backends import get_backend
-from jobs.backends.local import process_start_time
+from jobs.compute import get_backend
+from jobs.compute.local import process_start_time
 from jobs.models import Job, JobWorker
 from tests.faults.procs import Uvicorn
 from tests.jobs.conftest import job_settings  # noqa: F401 - a fixture used here

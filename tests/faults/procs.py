@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,12 +18,8 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 from django.db import connection
+from core.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def database_url() -> str:

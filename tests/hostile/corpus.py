@@ -1,4 +1,4 @@
-"""Hostile values, and what a field may do with each (tests/test_hostile.py sends them).
+"""Hostile values, and what a field may do with each (the test_*.py modules here send them).
 
 A value either must be refused by a field (a NUL byte anywhere, a list where a string
 belongs, a number past the field's bounds) or may be accepted: then it has to come back

@@ -32,7 +32,10 @@ def catalog(db):
 
 
 @pytest.fixture
-def base_image(use_registry, tenant, owner):
+def base_image(use_registry, tenant, owner, settings):
+    """A tiny image with no root filesystem to run: its builds take the registry-only path
+    (buildah's path, on a real image, is in test_real_builds.py)."""
+    settings.GANTRY_IMAGE_BUILDER = "registry"
     use_registry.push_tiny_image("lab-a/base", "1", labels={"org.gantry.framework": "custom"})
     return services.create_image(
         owner,
@@ -364,3 +367,33 @@ def test_api_build_returns_the_queued_build(base_image, tenant, owner, api_for):
     assert response.status_code == 201, response.content
     assert response.json()["state"] == "queued"
     assert "/lab-a/api-build:" in response.json()["target"]
+
+
+@pytest.mark.parametrize("builder,says", [("buildah", "with buildah"), ("registry", "py3-none-any")])
+def test_the_build_form_says_which_builder_will_build(
+    base_image, owner, client_for, settings, builder, says
+):
+    settings.GANTRY_IMAGE_BUILDER = builder
+    body = client_for(owner).get(reverse("images:build_add", args=[base_image.pk])).content.decode()
+    assert says in body
+
+
+def test_auto_picks_buildah_only_where_it_can_build(settings, monkeypatch):
+    """Builds with buildah are rootful: a worker that is not root takes the registry-only
+    path rather than failing on buildah's storage; "buildah" forces it."""
+    import shutil
+
+    from images import buildah
+
+    settings.GANTRY_IMAGE_BUILDER = "auto"
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(buildah.os, "geteuid", lambda: 0)
+    assert buildah.available()
+    monkeypatch.setattr(buildah.os, "geteuid", lambda: 1000)
+    assert not buildah.available()
+    settings.GANTRY_IMAGE_BUILDER = "buildah"
+    assert buildah.available()
+    settings.GANTRY_IMAGE_BUILDER = "auto"
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(buildah.os, "geteuid", lambda: 0)
+    assert not buildah.available()

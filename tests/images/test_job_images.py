@@ -1,7 +1,6 @@
 """Jobs that pick an image: the submit form and the API, the digest they record, the job page
 and API showing it, and the refusals (bad id, another tenant's image, resolution failures)."""
 
-import socket
 import sys
 
 import pytest
@@ -12,13 +11,14 @@ from images import services
 from images.models import RuntimeImage
 from jobs.models import Job, JobImage
 from jobs.services.submit import clone_job, submit_job
+from core.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def _small_machine(settings, tmp_path):
-    from jobs.backends import reset_backends
+    from jobs.compute import reset_backends
 
     settings.GANTRY_JOBS_DIR = tmp_path / "jobs"
     settings.GANTRY_LOCAL_CPUS = 4
@@ -48,11 +48,6 @@ def _form(**extra):
         **extra,
     }
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --- the form -------------------------------------------------------------------------------
@@ -127,7 +122,7 @@ def test_registry_auth_failure_is_a_field_error(settings, owner, project, pushed
 
 
 def test_an_unreachable_registry_is_a_field_error(settings, owner, tenant, project):
-    host = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    host = f"127.0.0.1:{free_port()}"  # nothing listens there
     settings.GANTRY_REGISTRY_URL = f"http://{host}"
     settings.GANTRY_REGISTRY_TIMEOUT_SECONDS = 5
     image = services.create_image(owner, tenant, name="away", reference=f"{host}/lab-a/x:1")
@@ -215,7 +210,7 @@ def test_the_job_list_api_stays_flat_with_images(
     assert len(results) == 22
     assert {r["image_digest"] for r in results} == {None, "sha256:" + "a" * 64}
     # A container backend pulls the image by the digest the job recorded.
-    from jobs.backends.kubernetes import image_of
+    from jobs.compute.kubernetes.backend import image_of
 
     pinned = Job.objects.filter(image_record__isnull=False).first()
     assert image_of(pinned) == "reg.example/lab-a/p@sha256:" + "a" * 64

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from jobs import tasks as job_tasks
-from jobs.backends import get_backend, reset_backends
-from jobs.backends.local import process_start_time
+from jobs.compute import get_backend, reset_backends
+from jobs.compute.local import process_start_time
 from jobs.models import Job, JobWorker
 from scheduling import tasks
 

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from images.models import RuntimeImage
 from jobs.api import JOB_LIST_COLUMNS, JobListSerializer, JobSerializer
-from jobs.models import Job, JobImage
+from jobs.models import Job, JobImage, JobScheduling
 from jobs.services.submit import submit_job
 
 pytestmark = pytest.mark.django_db
@@ -32,11 +32,10 @@ def jobs(owner, project):
         state_reason="exited with code 0",
         started_at=started,
         finished_at=started + timedelta(minutes=3),
-        queue_position=None,
     )
     waiting = submit_job(owner, project, name="waiting", command="python -c pass")
-    Job.objects.filter(pk=waiting.pk).update(
-        queue_position=3, estimated_start_at=timezone.now() + timedelta(hours=1)
+    JobScheduling.objects.create(
+        job=waiting, queue_position=3, estimated_start_at=timezone.now() + timedelta(hours=1)
     )
     image = RuntimeImage.objects.create(
         tenant=project.tenant, name="pytorch", reference="registry.example/pt:2.3", registry="registry.example",

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,17 +31,13 @@ from jobs.services.launch import make_token
 from jobs.services.submit import submit_job
 from jobs.states import transition
 from tests.conftest import service_required
+from core.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = "/usr/bin/chromium"
 SECRET = "s3cret"
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _database_url() -> str:
@@ -56,7 +51,7 @@ def _database_url() -> str:
 @pytest.fixture
 def asgi_server(tmp_path):
     """uvicorn serving config.asgi over the test database; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "GANTRY_ENV": "development",

@@ -6,12 +6,12 @@ tests skip on a developer's machine, and fail under CI=true.
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -35,11 +35,6 @@ def _torch():
     required_module("torch")
     required_module("sklearn")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def job_env(tmp_path, name, **extra):

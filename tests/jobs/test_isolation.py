@@ -23,16 +23,16 @@ import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
-from jobs import proxy
-from jobs.backends import sandbox
-from jobs.backends.local import process_start_time
+from interactive import proxy
+from jobs.compute import sandbox
+from jobs.compute.local import process_start_time
 from jobs.models import Artifact, JobWorker
 from jobs.queries import log_lines
 from jobs.services.lifecycle import cancel_job
 from jobs.services.submit import submit_job
 from tests.conftest import service_required
+from tests.interactive.notebooks import lab_get
 from tests.jobs.conftest import wait_for, wait_until
-from tests.jobs.notebooks import lab_get
 
 pytestmark = pytest.mark.slow
 
@@ -552,7 +552,7 @@ def test_a_workers_sandbox_shows_its_runtime_but_never_gantrys_data(settings, tm
     settings.GANTRY_JOB_READ_ONLY_PATHS = [str(tmp_path), str(settings.DATA_DIR)]
     job = types.SimpleNamespace(pk=70_000, memory_mb=512, cpus=2)
     spec = json.loads(sandbox.worker_sandbox(job, sys.executable, [], None))
-    assert spec["uid"] == spec["gid"] == settings.GANTRY_SANDBOX_UID_BASE + 70_000 % 65_536
+    assert spec["uid"] == spec["gid"] == settings.GANTRY_SANDBOX_UID_BASE + 70_000 % (65_536 - 1024)
     assert str(Path(sys.prefix).resolve()) in spec["read_only"]  # the virtualenv
     assert str(tmp_path) in spec["read_only"]
     assert str(settings.DATA_DIR) not in spec["read_only"]
@@ -608,7 +608,7 @@ def test_a_sandboxed_job_reads_its_dataset_input_but_cannot_change_the_cached_bl
 def test_gantry_appends_to_an_executor_log_only_if_it_is_still_its_own(tmp_path):
     """A relaunch after preemption reuses the workdir the job owned: whatever the job put
     at executor.log is replaced, never followed (a link to the secret key, a FIFO)."""
-    from jobs.backends.local import _open_log
+    from jobs.compute.local import _open_log
 
     canary = tmp_path / "secret_key"
     canary.write_text("key")
@@ -659,7 +659,7 @@ def _fake_smi(tmp_path, monkeypatch, lines):
 def test_cuda_visible_devices_names_the_assigned_gpus_by_uuid_from_nvidia_smi(
     settings, tmp_path, monkeypatch
 ):
-    from jobs.backends.local import LocalBackend
+    from jobs.compute.local import LocalBackend
 
     settings.GANTRY_LOCAL_FAKE_GPUS = 0
     smi = _fake_smi(tmp_path, monkeypatch, f"0, {UUIDS[0]}\n1, {UUIDS[1]}\n2, GPU-2\n")
@@ -679,7 +679,7 @@ def test_cuda_visible_devices_names_the_assigned_gpus_by_uuid_from_nvidia_smi(
 def test_cuda_visible_devices_takes_uuids_from_nvml_first(settings, monkeypatch):
     import types
 
-    from jobs.backends.local import LocalBackend
+    from jobs.compute.local import LocalBackend
 
     settings.GANTRY_LOCAL_FAKE_GPUS = 0
     calls = []
@@ -756,3 +756,19 @@ def test_a_namespace_name_left_by_a_crashed_launch_is_removed():
         assert not os.path.exists(path)
     finally:
         sandbox.delete_namespace(name, status.ip)
+
+
+@pytest.mark.parametrize("count", [65_536, 3000, 2])
+def test_job_and_helper_server_uids_never_meet(settings, count):
+    """An endpoint's replicas (server_uid) and jobs (job_uid) take disjoint bands of the
+    sandbox range, however high job ids climb: the old formulas (replicas counting down
+    from the top, jobs wrapping up from the bottom) met at job id count-1-endpoint id."""
+    import types
+
+    settings.GANTRY_SANDBOX_UID_COUNT = count
+    base = settings.GANTRY_SANDBOX_UID_BASE
+    servers = {sandbox.server_uid(key) for key in range(1, 5000)}
+    jobs = {sandbox.job_uid(types.SimpleNamespace(pk=pk)) for pk in range(1, 200_000, 13)}
+    assert servers.isdisjoint(jobs)
+    assert all(base <= uid < base + count for uid in servers | jobs)
+    assert len(servers) == min(1024, count // 2)

@@ -18,15 +18,15 @@ import kubernetes_validate
 import pytest
 
 from cluster.models import KubernetesCluster
-from jobs.backends import get_backend, reset_backends
-from jobs.backends import k8s_manifests as m
-from jobs.backends.k8s_client import ClusterRef
-from jobs.backends.k8s_watch import assess_pod, watches_for
+from interactive.services import notebook_target
+from jobs.compute import get_backend, reset_backends
+from jobs.compute.kubernetes import manifests as m
+from jobs.compute.kubernetes.client import ClusterRef
+from jobs.compute.kubernetes.watch import assess_pod, watches_for
 from jobs.models import Job, JobWorker
 from jobs.services.ingestion import record_worker_status
 from jobs.services.launch import device_holder, executor_job, job_spec_for_executor, launch_job
 from jobs.services.lifecycle import cancel_job, end_attempt, reconcile_job
-from jobs.services.notebooks import notebook_target
 from jobs.services.submit import submit_job
 from scheduling.admission import admission_pass
 from scheduling.models import TenantQuota
@@ -181,7 +181,7 @@ def test_launch_creates_namespace_quota_secret_and_job_all_schema_valid(kube, ow
 
 
 def test_second_launch_in_a_namespace_updates_the_quota(kube, owner, project, monkeypatch):
-    from jobs.backends import kubernetes
+    from jobs.compute.kubernetes import backend as kubernetes
 
     launch(owner, project)
     TenantQuota.objects.create(tenant=project.tenant, guaranteed_gpus=1)
@@ -395,7 +395,7 @@ def test_raw_json_pods_read_as_the_client_models_do():
 
     from django.utils import timezone
 
-    from jobs.backends.k8s_watch import Raw, pod_rank
+    from jobs.compute.kubernetes.watch import Raw, pod_rank
 
     class J:
         pk, attempt, kind, memory_mb = 1, 1, "train", 1024
@@ -424,7 +424,7 @@ def test_raw_json_pods_read_as_the_client_models_do():
 
 
 def test_cluster_ref_from_environment_when_none_registered(db, monkeypatch):
-    from jobs.backends.k8s_client import registered_clusters
+    from jobs.compute.kubernetes.client import registered_clusters
 
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     assert registered_clusters() == [ClusterRef("default", in_cluster=True)]
@@ -770,7 +770,7 @@ def test_cancel_while_the_objects_are_being_created_deletes_them_and_cancels(kub
 def test_a_starting_attempt_whose_objects_never_came_is_lost_after_the_launch_deadline(kube, owner, project):
     """Another process's pool died before creating it: reconcile waits out the launch
     deadline (the objects may still come), then the attempt is lost and retried."""
-    from jobs.backends import kubernetes
+    from jobs.compute.kubernetes import backend as kubernetes
 
     job = launch(owner, project, max_retries=1)
     kube.objects.pop(("jobs", "gantry-lab-a", f"gantry-job-{job.pk}-a1"))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ import pytest
 import requests
 import yaml
 
-from jobs.backends import k8s_manifests as m
+from jobs.compute.kubernetes import manifests as m
 from tests.k8s_cluster import ClusterUnavailable, KubeCluster
 
 pytestmark = [pytest.mark.k8s_live, pytest.mark.slow]
@@ -55,7 +56,7 @@ def kube():
 
 def finish_launches() -> None:
     """Wait for the launch pool's creates and report them, as the launch task does."""
-    from jobs.backends import get_backend
+    from jobs.compute import get_backend
 
     get_backend("kubernetes").finish_launches()
 
@@ -149,8 +150,8 @@ class Gantry:
     pumped in this thread, its executor API on a live server."""
 
     def __init__(self, admin: Admin, url: str):
-        from jobs.backends import get_backend
-        from jobs.backends.k8s_watch import watches_for
+        from jobs.compute import get_backend
+        from jobs.compute.kubernetes.watch import watches_for
 
         self.admin = admin
         self.url = url
@@ -263,7 +264,7 @@ def admin(kube):
 @pytest.fixture
 def gantry(transactional_db, settings, kube, gantry_kubeconfig, live_server, admin, tmp_path):
     from cluster.models import KubernetesCluster
-    from jobs.backends import reset_backends
+    from jobs.compute import reset_backends
 
     settings.GANTRY_JOB_BACKEND = "kubernetes"
     settings.GANTRY_URL = live_server.url
@@ -343,7 +344,7 @@ def test_every_generated_object_is_accepted_with_quota_and_limits_on(
     plugin, ResourceQuota and LimitRanger included), in a namespace Gantry set up."""
     from kubernetes.utils import parse_quantity
 
-    from jobs.backends.k8s_client import create_any
+    from jobs.compute.kubernetes.client import create_any
 
     from .test_k8s_manifests import CASES, tokens
 
@@ -370,7 +371,7 @@ def test_every_generated_object_is_accepted_with_quota_and_limits_on(
     assert created == 30  # 11 cases: Secrets, Services, gang policies, Jobs, Pods
     # Applying the tenant again (quota changed) updates in place, once the backend's
     # check window (TENANT_CHECK_SECONDS) has passed.
-    from jobs.backends import kubernetes
+    from jobs.compute.kubernetes import backend as kubernetes
 
     monkeypatch.setattr(kubernetes, "TENANT_CHECK_SECONDS", 0)
     TenantQuota.objects.filter(tenant=tenant).update(guaranteed_gpus=4)
@@ -381,6 +382,64 @@ def test_every_generated_object_is_accepted_with_quota_and_limits_on(
         p.metadata.name for p in gantry.admin.networking.list_namespaced_network_policy(ns).items
     }
     assert policies == {"gantry-jobs", "gantry-notebooks"}
+
+
+def test_the_tenant_namespace_enforces_pod_security_restricted(gantry, tenant_project, admin):
+    """The API server's PodSecurity admission, not Gantry, keeps the tenant's namespace
+    at "restricted": a pod asking for root and capabilities is refused whoever sends it (here
+    the cluster admin), a pod made the way Gantry makes them is admitted, and a namespace
+    made before the label existed gets it on the next apply."""
+    from kubernetes.client.exceptions import ApiException
+
+    from jobs.compute.kubernetes.client import create_any
+
+    from .test_k8s_manifests import CASES, tokens
+
+    tenant, _ = tenant_project
+    conn = gantry.backend.connection(gantry.ref)
+    ns = gantry.backend.ensure_tenant(conn, tenant)
+    labels = admin.core.read_namespace(ns).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    privileged = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "wants-root", "namespace": ns},
+        "spec": {
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.example.org/anything:1",
+                    # (privileged: true the API server's --allow-privileged=false already
+                    # refuses, before admission)
+                    "securityContext": {
+                        "runAsUser": 0,
+                        "allowPrivilegeEscalation": True,
+                        "capabilities": {"add": ["SYS_ADMIN"]},
+                    },
+                }
+            ]
+        },
+    }
+    with pytest.raises(ApiException) as refused:
+        admin.core.create_namespaced_pod(ns, privileged, dry_run="All")
+    assert refused.value.status == 403
+    message = json.loads(refused.value.body)["message"]
+    assert 'violates PodSecurity "restricted:latest"' in message
+    assert "SYS_ADMIN" in message and "runAsNonRoot" in message
+    spec, cfg = CASES["train-cpu"]
+    spec = m.JobSpec(**{**spec.__dict__, "tenant_slug": tenant.slug})
+    for manifest in m.job_manifests(spec, cfg, tokens(spec.workers)):
+        create_any(conn, manifest, dry_run="All")  # admitted: raises otherwise
+
+    # A namespace from before (no Pod Security label) is labelled on the next apply.
+    admin.core.patch_namespace(
+        ns, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": None}}}
+    )
+    gantry.backend._tenants.clear()  # what it applied and when: forgotten, so it applies now
+    gantry.backend._tenants_checked.clear()
+    gantry.backend.ensure_tenant(conn, tenant)
+    labels = admin.core.read_namespace(ns).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
 
 # --- 2. Gantry runs as its ServiceAccount, and no more -------------------------------------
@@ -397,8 +456,8 @@ def test_gantry_runs_as_its_service_account_and_is_refused_outside_its_role(gant
     assert gantry.backend.node_details()
     conn.core.list_pod_for_all_namespaces(limit=1)
     conn.batch.list_job_for_all_namespaces(limit=1)
-    # What it must not do: read Secrets (not even its jobs' tokens), exec into pods,
-    # grant itself roles.
+    # What it must not do: read Secrets (not even its jobs' tokens), grant itself roles.
+    # (It may exec into pods: the job terminal, tests/jobs/test_k8s_real_node.py.)
     for forbidden in (
         lambda: conn.core.list_secret_for_all_namespaces(limit=1),
         lambda: conn.core.read_namespaced_secret("gantry-secrets", "gantry"),
@@ -531,14 +590,28 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_with_the_reason(
 
 
 def blocker_pod(ns: str, gpus: int) -> dict:
-    """A pod Gantry did not make (`kubectl run` in the tenant's namespace)."""
+    """A pod Gantry did not make (`kubectl run` in the tenant's namespace), with what the
+    namespace's Pod Security level ("restricted") asks of any pod there."""
     amounts = {"nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}
+    secure = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "outside-gantry", "namespace": ns},
         "spec": {
-            "containers": [{"name": "c", "image": "busybox", "resources": {"limits": amounts}}]
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "busybox",
+                    "resources": {"limits": amounts},
+                    "securityContext": secure,
+                }
+            ]
         },
     }
 

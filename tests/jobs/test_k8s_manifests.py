@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from jobs.backends import k8s_manifests as m
+from jobs.compute.kubernetes import manifests as m
 
 GOLDEN = Path(__file__).parent / "k8s_golden"
 UPDATE = os.environ.get("GANTRY_UPDATE_GOLDEN") == "1"

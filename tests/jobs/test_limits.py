@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jobs import tensorboard, terminal
-from jobs.backends import sandbox
-from jobs.backends.local import process_matches
+from interactive import tensorboard, terminal
+from jobs.compute import sandbox
+from jobs.compute.local import process_matches
 from jobs.models import JobWorker
 from jobs.queries import log_lines
 from jobs.services.lifecycle import cancel_job

@@ -5,7 +5,7 @@ when the body does (If-None-Match gets 304 only for the body the client holds)."
 import pytest
 from rest_framework.test import APIClient
 
-from jobs.backends import reset_backends
+from jobs.compute import reset_backends
 from jobs.models import Job
 from jobs.services.submit import submit_job
 from scheduling.admission import admission_pass

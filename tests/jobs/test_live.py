@@ -159,7 +159,7 @@ def test_removed_member_socket_closes_with_4403(client, owner, member, tenant, p
 
     async def scenario():
         communicator = await open_socket(cookie, job)
-        await sync_to_async(account_services.remove_member)(actor=owner, membership=membership)
+        await sync_to_async(account_services.TENANT_MEMBERS.remove)(actor=owner, member=membership)
         await closes_instead_of_forwarding(communicator, job, 4403)
 
     async_to_sync(scenario)()
@@ -218,7 +218,7 @@ def test_the_poll_forwards_nothing_after_access_is_lost(
         communicator = await open_socket(cookie, job)
         await receive_until(communicator, lambda m: m["type"] == "caught_up")
         monkeypatch.setattr(consumers, "publish", lambda *a: None)  # another process
-        await sync_to_async(account_services.remove_member)(actor=owner, membership=membership)
+        await sync_to_async(account_services.TENANT_MEMBERS.remove)(actor=owner, member=membership)
         await sync_to_async(transition)(job, "running", "running")
         await sync_to_async(ingestion.ingest_logs)(job, 0, lines(1, 3))
         assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
@@ -238,7 +238,7 @@ def test_access_is_rechecked_at_most_every_interval(client, owner, member, tenan
     async def scenario():
         communicator = await open_socket(cookie, job)
         await receive_until(communicator, lambda m: m["type"] == "caught_up")
-        await sync_to_async(account_services.remove_member)(actor=owner, membership=membership)
+        await sync_to_async(account_services.TENANT_MEMBERS.remove)(actor=owner, member=membership)
         await ingest(job, 0, lines(1, 5))
         live = await communicator.receive_json_from(timeout=5)
         assert live["type"] == "lines" and live["lines"][-1]["seq"] == 5

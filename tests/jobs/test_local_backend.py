@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from jobs import tasks
-from jobs.backends import reset_backends
-from jobs.backends.local import process_start_time
+from jobs.compute import reset_backends
+from jobs.compute.local import process_start_time
 from jobs.models import Artifact, JobWorker, LogChunk, MetricPoint
 from jobs.queries import log_lines
 from jobs.services.lifecycle import cancel_job

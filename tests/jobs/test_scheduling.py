@@ -18,14 +18,14 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.urls import reverse
 
-from jobs.backends import reset_backends
-from jobs.models import Job
+from jobs.compute import reset_backends
+from jobs.models import Job, JobScheduling
 from jobs.queries import log_lines
+from jobs.services.holdings import holdings_by_tenant, tenant_holdings
 from jobs.services.ingestion import record_heartbeat, record_worker_status
 from jobs.services.launch import device_holder, launch_job
 from jobs.services.lifecycle import cancel_job
 from jobs.services.submit import submit_job
-from jobs.services.usage import tenant_usage, usage_by_tenant
 from jobs.states import transition
 from scheduling import admission, tasks
 from scheduling.admission import admission_pass
@@ -249,22 +249,28 @@ def test_a_pass_rewrites_only_the_waiting_jobs_whose_place_changed(owner, projec
     assert [fresh(j).queue_position for j in (first, second, third, fourth)] == [1, 2, 3, 4]
 
     cancel_job(owner, fresh(second))
-    rows_written = []
+    assert not JobScheduling.objects.filter(job=second).exists()  # left the queue
+    jobs_written = []  # the job of every row the pass writes
 
     def record(execute, sql, params, many, context):
-        if sql.startswith("UPDATE"):
-            rows_written.extend(params if many else [params])
+        if many and "jobs_jobscheduling" in sql:  # (position, eta, job id, state)
+            jobs_written.extend(row[2] for row in params)
+        elif many and sql.startswith("UPDATE"):  # the reasons: (reason, job id, state)
+            jobs_written.extend(row[1] for row in params)
+        elif sql.startswith(("UPDATE", "INSERT", "DELETE")):
+            jobs_written.append(sql)  # nothing else may be written
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
         assert admission_pass() == []
     assert [fresh(j).queue_position for j in (first, third, fourth)] == [1, 2, 3]
-    assert len(rows_written) == 2  # third and fourth moved up; first is where it was
+    # third and fourth moved up (their scheduling rows); first is where it was
+    assert sorted(jobs_written) == [third.pk, fourth.pk]
     assert fresh(fourth).state_reason == fresh(third).state_reason != ""
 
     with connection.execute_wrapper(record):
         admission_pass()
-    assert len(rows_written) == 2  # nothing changed, nothing written
+    assert len(jobs_written) == 2  # nothing changed, nothing written
 
 
 def test_the_head_of_the_queue_gets_an_estimated_start_from_running_jobs_timeouts(
@@ -382,9 +388,9 @@ def test_usage_counts_what_active_jobs_hold(owner, project, tenant):
     running = submit(owner, project, gpus=2, cpus=2, memory_mb=1000)
     admission_pass()
     submit(owner, project, gpus=4)
-    usage = tenant_usage(tenant)
+    usage = tenant_holdings(tenant)
     assert usage == {"gpus": 2, "cpus": 2, "memory_mb": 1000, "jobs": 1}
-    assert usage_by_tenant([tenant.pk])[tenant.pk]["queued"] == 1
+    assert holdings_by_tenant([tenant.pk])[tenant.pk]["queued"] == 1
     assert fresh(running).state == "admitted"
 
 

@@ -5,9 +5,9 @@ from django.urls import reverse
 
 from accounts import services as account_services
 from accounts.models import Membership
+from interactive.services import notebook_target
 from jobs.forms import parse_pairs
-from jobs.models import Job
-from jobs.services.notebooks import notebook_target
+from jobs.models import Job, JobScheduling
 from jobs.services.submit import submit_job
 from jobs.states import transition
 
@@ -240,13 +240,13 @@ def test_job_table_rows_say_what_the_models_say(client_for, owner, member, proje
     """The table's rows are built from plain values (jobs.views.job_row): each cell as
     the model would print it (names as User.__str__, projects as Project.__str__)."""
     membership = Membership.objects.get(tenant=project.tenant, user=member)
-    account_services.change_member_role(actor=owner, membership=membership, role="admin")
+    account_services.TENANT_MEMBERS.change_role(actor=owner, member=membership, role="admin")
     member.first_name, member.last_name = "Max", "Planck"
     member.save()
     by_owner = submit_job(owner, project, name="plain", command="python a.py")
     Job.objects.filter(pk=by_owner.pk).update(workers=2, gpus=1)
     by_member = submit_job(member, project, name="named", command="python b.py")
-    Job.objects.filter(pk=by_member.pk).update(queue_position=3)
+    JobScheduling.objects.create(job=by_member, queue_position=3)
     rows = {row["name"]: row for row in client_for(owner).get(reverse("jobs:job_list")).context["rows"]}
     plain, named = rows["plain"], rows["named"]
     assert (plain["created_by"], named["created_by"]) == (str(owner), "Max Planck")
@@ -261,7 +261,7 @@ def test_notebook_target_is_none_until_the_notebook_runs(owner, project):
     job = submit_job(owner, project, kind="notebook")
     assert job.command == ""
     assert notebook_target(job) is None
-    from jobs.backends import get_backend
+    from jobs.compute import get_backend
 
     worker = job.worker_set.get()
     worker.notebook_token = "secret"

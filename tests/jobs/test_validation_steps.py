@@ -8,7 +8,7 @@ import math
 import pytest
 from django.core.exceptions import ValidationError
 
-from jobs.backends import get_backend
+from jobs.compute import get_backend
 from jobs.services.validation import (
     MAX_COMMAND,
     capacity_problems,

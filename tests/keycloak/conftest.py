@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import httpx
 import pytest
 
 from tests.conftest import service_required
+from core.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYCLOAK_UP = ROOT / "platform" / "dev" / "keycloak-up"
@@ -38,11 +38,6 @@ KEYCLOAK_GROUP = pytest.mark.xdist_group("keycloak")
 ADMIN = ("admin", "admin")  # made with keycloak-up's template database; loopback only
 START_TIMEOUT = 600  # seconds; two busy cores start it in one to three minutes
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Keycloak:
@@ -164,7 +159,7 @@ def keycloak(live_server, tmp_path_factory):
         f"Keycloak from Maven Central (platform/dev/keycloak-up --install: {installed.stderr[-500:]})",
         installed.returncode == 0,
     )
-    port = _free_port()
+    port = free_port()
     run_dir = tmp_path_factory.mktemp("keycloak")
     log_path = run_dir / "keycloak.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed below

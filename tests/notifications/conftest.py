@@ -76,7 +76,7 @@ def developer(make_user, project, owner):
     user = make_user("dora")
     from accounts import services as account_services
 
-    account_services.add_member(actor=owner, tenant=project.tenant, user=user)
+    account_services.TENANT_MEMBERS.add(actor=owner, place=project.tenant, user=user, role="member")
     project_services.add_project_member(actor=owner, project=project, user=user, role="developer")
     return user
 

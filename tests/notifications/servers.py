@@ -10,6 +10,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from core.ports import free_port
+
 
 class Receiver:
     """A webhook endpoint. `script` says how to answer each request in turn: an HTTP
@@ -110,8 +112,6 @@ class Mailbox:
     """aiosmtpd's SMTP server on a free loopback port, keeping what it is sent."""
 
     def __init__(self):
-        import socket
-
         from aiosmtpd.controller import Controller
 
         self.messages: list = []
@@ -122,9 +122,7 @@ class Mailbox:
                 mailbox.messages.append(envelope)
                 return "250 OK"
 
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port)
 
     def __enter__(self):

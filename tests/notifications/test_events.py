@@ -65,8 +65,8 @@ def test_a_personal_subscription_hears_only_of_its_owners_jobs(
 def test_a_user_who_lost_access_hears_nothing_more(owner, developer, project, queue, move):
     subscribe(developer, personal=True, project=project)
     job = submit_job(owner, project, name="digits", command="python x.py")
-    account_services.remove_member(
-        actor=owner, membership=project.tenant.memberships.get(user=developer)
+    account_services.TENANT_MEMBERS.remove(
+        actor=owner, member=project.tenant.memberships.get(user=developer)
     )
     move(job, *RUN_TO_END, "failed")
     queue.run()

@@ -55,16 +55,16 @@ def test_without_the_setting_every_request_reads_the_database(settings, member, 
 
 def test_joining_and_leaving_a_tenant_shows_at_once(owner, member, outsider, project):
     assert visible(outsider) == set()
-    membership = account_services.add_member(actor=owner, tenant=project.tenant, user=outsider)
+    membership = account_services.TENANT_MEMBERS.add(actor=owner, place=project.tenant, user=outsider, role="member")
     assert visible(outsider) == {"Vision"}
-    account_services.remove_member(actor=owner, membership=membership)
+    account_services.TENANT_MEMBERS.remove(actor=owner, member=membership)
     assert visible(outsider) == set()
 
 
 def test_role_changes_show_at_once(owner, member, project):
     assert access_of(fresh(member)).tenant_roles[project.tenant_id] == TenantRole.MEMBER
     membership = member.memberships.get(tenant=project.tenant)
-    account_services.change_member_role(actor=owner, membership=membership, role=TenantRole.ADMIN)
+    account_services.TENANT_MEMBERS.change_role(actor=owner, member=membership, role=TenantRole.ADMIN)
     assert access_of(fresh(member)).tenant_roles[project.tenant_id] == TenantRole.ADMIN
 
 
@@ -77,7 +77,7 @@ def test_private_projects_and_project_members(owner, member, project):
     )
     assert visible(member) == {"Vision"}
     assert access_of(fresh(member)).project_roles == {project.pk: ProjectRole.DEVELOPER}
-    project_services.remove_project_member(actor=owner, member=added)
+    project_services.PROJECT_MEMBERS.remove(actor=owner, member=added)
     assert visible(member) == set()
 
 
@@ -98,7 +98,7 @@ def test_a_deleted_tenant_takes_its_memberships_along(owner, member, project):
 
 def test_a_rolled_back_change_is_never_cached(owner, outsider, project):
     with pytest.raises(RuntimeError), transaction.atomic():
-        account_services.add_member(actor=owner, tenant=project.tenant, user=outsider)
+        account_services.TENANT_MEMBERS.add(actor=owner, place=project.tenant, user=outsider, role="member")
         assert visible(outsider) == {"Vision"}  # the transaction sees its own change
         raise RuntimeError("roll back")
     assert visible(outsider) == set()

@@ -59,7 +59,7 @@ def test_sync_memberships_grants_changes_and_drops_only_sso_rows(
     make_user, tenant, other_tenant, outsider
 ):
     alice = make_user("alice")
-    account_services.add_member(actor=outsider, tenant=other_tenant, user=alice)  # local
+    account_services.TENANT_MEMBERS.add(actor=outsider, place=other_tenant, user=alice, role="member")  # local
     kept = sso.sync_memberships(alice, {tenant.pk: (tenant, TenantRole.ADMIN)})
     assert set(kept) == {tenant.pk, other_tenant.pk}
     row = Membership.objects.get(user=alice, tenant=tenant)

@@ -103,3 +103,49 @@ def test_the_digits_example_runs_from_a_folder_uploaded_on_the_job_form(
     ]
     assert job.inputs[0]["dataset_version"] == version.pk
     assert job.artifacts.filter(path="model.pt").exists()
+
+
+def test_a_folder_chosen_before_the_upload_script_runs_is_still_uploaded(
+    asgi_server,  # noqa: F811
+    job_settings,
+    tmp_path,
+    owner,
+    project,
+):
+    """The folder input is usable as soon as it is drawn, before the script at the page's
+    end has run: on a slow page (or a quick test) the "change" event fires with nobody
+    listening. CI's journey test once lost that race and waited 60 s for an upload that
+    never began. Here the script is held back until the folder is chosen."""
+    from playwright.sync_api import expect
+
+    job_settings.STORAGES = {
+        **job_settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "data" / "files"},
+        },
+    }
+    folder = tmp_path / "upload" / "code"
+    folder.mkdir(parents=True)
+    (folder / "train.py").write_text("print('hello')\n")
+    client = Client()
+    client.force_login(owner)
+    held = []
+    with chromium() as browser:
+        context = browser.new_context()
+        context.add_cookies(
+            [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": asgi_server}]
+        )
+        page = context.new_page()
+        page.route("**/code_upload.js", lambda route: held.append(route))
+        page.goto(f"{asgi_server}/projects/{project.pk}/jobs/new/", wait_until="commit")
+        page.wait_for_selector("#code-folder", state="attached")
+        for _ in range(200):  # Playwright hands the held request over while it waits
+            if held:
+                break
+            page.wait_for_timeout(50)
+        assert len(held) == 1, "the upload script was not held back"
+        page.set_input_files("#code-folder", str(folder))
+        held[0].continue_()
+        expect(page.locator("#code-status")).to_contain_text("is ready: 1 file,", timeout=30_000)
+        context.close()

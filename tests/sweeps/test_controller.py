@@ -135,7 +135,7 @@ def test_a_sweep_whose_creator_may_no_longer_submit_stops_saying_so(make_sweep, 
     project_services.add_project_member(actor=owner, project=project, user=member, role="developer")
     sweep = make_sweep()
     Sweep.objects.filter(pk=sweep.pk).update(created_by=member)
-    project_services.remove_project_member(actor=owner, member=project.members.get(user=member))
+    project_services.PROJECT_MEMBERS.remove(actor=owner, member=project.members.get(user=member))
     control_sweep(sweep.pk)
     sweep.refresh_from_db()
     assert sweep.state == SweepState.FAILED

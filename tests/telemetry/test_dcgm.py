@@ -167,8 +167,8 @@ def test_pods_leave_sampling_to_the_exporter(urls, expected):
     }
     code = (
         "import django; django.setup(); from django.conf import settings; "
-        "from jobs.backends.kubernetes import manifest_config; "
-        "from jobs.backends.k8s_client import ClusterRef; "
+        "from jobs.compute.kubernetes.backend import manifest_config; "
+        "from jobs.compute.kubernetes.client import ClusterRef; "
         "print(manifest_config(ClusterRef('default')).gpu_sample_seconds)"
     )
     out = subprocess.run(

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jobs.backends import reset_backends
+from jobs.compute import reset_backends
 from jobs.models import Job
 from jobs.queries import log_lines
 from jobs.services.submit import submit_job

@@ -5,8 +5,8 @@ import kubernetes_validate
 import pytest
 from django.test import override_settings
 
-from jobs.backends import k8s_manifests as m
-from jobs.backends.kubernetes import manifest_config
+from jobs.compute.kubernetes import manifests as m
+from jobs.compute.kubernetes.backend import manifest_config
 
 CFG = m.ManifestConfig(api_url="http://gantry-web.gantry.svc:8000", default_image="img:1")
 

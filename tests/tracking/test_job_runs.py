@@ -4,7 +4,7 @@ relay, and its metrics are the job's metrics (the job page's charts)."""
 
 import pytest
 
-from jobs.backends import sandbox
+from jobs.compute import sandbox
 from jobs.models import MetricPoint
 from jobs.queries import log_lines
 from jobs.services.submit import submit_job

@@ -1,11 +1,11 @@
-"""MLflow's model registry routes, on the model hub (services: tracking/registry.py)."""
+"""MLflow's model registry routes, on the model hub (services: tracking/services/registry.py)."""
 
 from __future__ import annotations
 
-from tracking import registry
 from tracking.api.protocol import mlflow_view, next_page, offset_from_token
 from tracking.errors import invalid
 from tracking.models import RegistryTag
+from tracking.services import registry
 
 
 def _ms(moment) -> int:

@@ -12,7 +12,7 @@ Two layouts:
   the worker. With `--tls-cert` and `--tls-key` nginx terminates TLS itself; without them
   it expects a TLS-terminating proxy in front and passes on its `X-Forwarded-Proto`.
 
-Both also start the notebook origin (jobs/notebook_origin.py) on GANTRY_NOTEBOOK_PORT.
+Both also start the notebook origin (interactive/origin.py) on GANTRY_NOTEBOOK_PORT.
 
 Any child that dies stops the rest; Ctrl-C or SIGTERM stops them all within seconds:
 uvicorn gives requests still in flight (a half-sent upload, a long poll) GRACEFUL_SECONDS
@@ -131,9 +131,9 @@ class Command(BaseCommand):
             if web_workers > 1:
                 uvicorn += ["--workers", str(web_workers)]
             children["web"] = subprocess.Popen(uvicorn)
-        # Notebooks are served from an origin of their own, on a port of its own (jobs/proxy.py).
+        # Notebooks are served from an origin of their own, on a port of its own (interactive/proxy.py).
         children["notebooks"] = subprocess.Popen([
-            python, "-m", "uvicorn", "jobs.notebook_origin:application", "--no-access-log",
+            python, "-m", "uvicorn", "interactive.origin:application", "--no-access-log",
             "--host", host, "--port", str(settings.GANTRY_NOTEBOOK_PORT),
             "--timeout-graceful-shutdown", str(GRACEFUL_SECONDS),
         ])

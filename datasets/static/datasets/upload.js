@@ -56,12 +56,14 @@
     else [...e.dataTransfer.files].forEach((f) => add(f));
     render();
   });
-  $("pick-files").addEventListener("change", (e) => { [...e.target.files].forEach((f) => add(f, f.name)); e.target.value = ""; render(); });
-  $("pick-folder").addEventListener("change", (e) => {
+  function pickedFiles(input) { [...input.files].forEach((f) => add(f, f.name)); input.value = ""; render(); }
+  function pickedFolder(input) {
     // webkitRelativePath starts with the chosen folder's own name: drop it.
-    [...e.target.files].forEach((f) => add(f, f.webkitRelativePath.split("/").slice(1).join("/") || f.name));
-    e.target.value = ""; render();
-  });
+    [...input.files].forEach((f) => add(f, f.webkitRelativePath.split("/").slice(1).join("/") || f.name));
+    input.value = ""; render();
+  }
+  $("pick-files").addEventListener("change", (e) => pickedFiles(e.target));
+  $("pick-folder").addEventListener("change", (e) => pickedFolder(e.target));
   $("clear").addEventListener("click", () => { if (!busy) { picked = new Map(); render(); } });
 
   // The one size rule (core/formatting.py), from gantry.js: the version page says the same.
@@ -301,4 +303,9 @@
     H.forEach((v, i) => ov.setUint32(4 * i, v));
     return out;
   }
+  // Chosen before this script ran (the inputs work as soon as they are drawn): their
+  // "change" fired with nobody listening; take them now (last: render needs
+  // everything above).
+  if ($("pick-files").files.length) pickedFiles($("pick-files"));
+  if ($("pick-folder").files.length) pickedFolder($("pick-folder"));
 })();

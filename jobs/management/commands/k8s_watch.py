@@ -2,7 +2,7 @@
 
 Runs in the foreground until SIGTERM / Ctrl-C (platform/k8s/watch.yaml runs it as its own
 Deployment with one replica). One pod watch and one Job watch per cluster, each in a
-thread; see jobs/backends/k8s_watch.py for what is reported.
+thread; see jobs/compute/kubernetes/watch.py for what is reported.
 """
 
 import signal
@@ -10,9 +10,9 @@ import threading
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.backends.k8s_client import ClusterError, registered_clusters
-from jobs.backends.k8s_watch import watches_for
-from jobs.backends.kubernetes import KubernetesBackend
+from jobs.compute.kubernetes.backend import KubernetesBackend
+from jobs.compute.kubernetes.client import ClusterError, registered_clusters
+from jobs.compute.kubernetes.watch import watches_for
 
 
 class Command(BaseCommand):
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, cluster=None, once=False, **options):
-        from jobs.backends import get_backend
+        from jobs.compute import get_backend
 
         backend = get_backend("kubernetes")
         assert isinstance(backend, KubernetesBackend)

@@ -200,7 +200,7 @@
       select.add(option, 1);
       select.value = String(snapshot.id);
       var skipped = items.length - files.length;
-      say("Code #" + snapshot.id + " is ready: " + files.length + " files, " + size(snapshot.size) +
+      say("Code #" + snapshot.id + " is ready: " + files.length + (files.length === 1 ? " file, " : " files, ") + size(snapshot.size) +
           (snapshot.missing.length ? ", " + snapshot.missing.length + " sent" : ", nothing new to send") +
           (skipped ? "; " + skipped + " ignored" : "") + ".", "success");
       box.dataset.ready = String(snapshot.id);
@@ -211,9 +211,13 @@
     }
   }
 
-  picker.addEventListener("change", function () {
+  function uploadPicked() {
     upload(Array.from(picker.files).map(function (f) { return { file: f, path: f.webkitRelativePath || f.name }; }));
-  });
+  }
+  picker.addEventListener("change", uploadPicked);
+  // A folder chosen before this script ran (a slow page: the input is usable as soon as it
+  // is drawn) fired its "change" with nobody listening; upload it now.
+  if (picker.files && picker.files.length) uploadPicked();
   ["dragenter", "dragover"].forEach(function (type) {
     drop.addEventListener(type, function (e) { e.preventDefault(); drop.classList.add("dragging"); });
   });

@@ -1,0 +1,331 @@
+"""An endpoint's replicas on the local backend: sandboxed MLServer processes on this machine.
+
+Each replica of a model version is `runtime/serve_model.py` under the serving
+virtualenv's Python (.venv-serving), run as jobs' TensorBoard is: a bubblewrap
+sandbox of its own (mount, PID, IPC, UTS and network namespaces: loopback only), as an
+unprivileged uid of the job range, held to the endpoint's memory and CPUs in a cgroup
+of its own (jobs' sandbox module decides whether this machine can and builds the
+cgroup command). It sees /usr, the interpreter, the model's files read-only at /model
+and a folder for its socket; nothing of Gantry, its data or other jobs.
+
+The only way in is the replica's Unix socket. Gantry's gateway opens it by descriptor
+(O_PATH, O_NOFOLLOW, checked to be a socket owned by the replica's uid) and connects
+through /proc/self/fd/<n>: the replica's user owns the socket's folder and could swap
+the socket for a link, which root then must not follow.
+
+A replica stops itself after the endpoint's idle time (scale to zero); the next request
+starts it again (endpoints.gateway). Replicas are found by their pid files, so any
+process of Gantry (web workers, tests, `manage.py`) sees and stops the same ones.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+from jobs.compute import sandbox
+from jobs.compute.local import process_matches, process_start_time, process_tree, stop_processes
+from modelhub.models import ModelFormat, ModelVersion
+
+SERVER_SCRIPT = Path(__file__).parent / "runtime" / "serve_model.py"
+INSIDE_SCRIPT = "/run/gantry/serve_model.py"
+INSIDE_MODEL = "/model"
+INSIDE_RUN = "/run/endpoint"
+SOCKET = "mlserver.sock"
+READY_TIMEOUT = 120.0
+
+
+class ReplicaError(Exception):
+    """A replica could not be started or did not become ready; the message says why."""
+
+
+def root_dir() -> Path:
+    return Path(settings.GANTRY_JOBS_DIR) / "_endpoints"
+
+
+def serving_python() -> str:
+    """The serving virtualenv's Python (`make install` builds it from runtime/requirements.txt)."""
+    return str(Path(settings.BASE_DIR) / ".venv-serving" / "bin" / "python")
+
+
+def endpoint_uid(endpoint_pk: int) -> int:
+    """The uid an endpoint's replicas run as: the helper servers' band at the top of the
+    sandbox range, never a job's or Gantry's; Gantry's own where nothing is sandboxed."""
+    if not sandbox.sandbox_status().available:
+        return os.getuid()
+    return sandbox.server_uid(endpoint_pk)
+
+
+# --- the model's files ------------------------------------------------------------------
+
+
+def model_file_in(version: ModelVersion) -> str:
+    """The file MLServer's scikit-learn runtime loads, relative to the version's folder.
+
+    Gantry serves MLflow models of the sklearn flavor (what `mlflow.sklearn.log_model`
+    stores); the message of the ValueError says what else there is and why not yet."""
+    if version.format != ModelFormat.MLFLOW:
+        raise ValueError(
+            f"{version} is a {version.get_format_display()} model; endpoints serve MLflow "
+            "models of the scikit-learn flavor for now (mlflow.sklearn.log_model)."
+        )
+    mlmodel = version.files.filter(path=version.primary_file or "MLmodel").first()
+    if mlmodel is None:
+        raise ValueError(f"{version} has no MLmodel file.")
+    with mlmodel.file.open("rb") as handle:
+        try:
+            described = yaml.safe_load(handle.read(1_000_000)) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{version}'s MLmodel is not YAML: {exc}") from None
+    flavors = described.get("flavors") if isinstance(described, dict) else None
+    sklearn = (flavors or {}).get("sklearn") if isinstance(flavors, dict) else None
+    if not isinstance(sklearn, dict) or not isinstance(sklearn.get("pickled_model"), str):
+        shown = ", ".join(sorted(flavors or {})) or "none"
+        raise ValueError(
+            f"{version} has no scikit-learn flavor (its flavors: {shown}); endpoints serve "
+            "MLflow models of the scikit-learn flavor for now."
+        )
+    if sklearn.get("serialization_format", "cloudpickle") not in ("cloudpickle", "pickle"):
+        raise ValueError(
+            f"{version} is saved as {sklearn['serialization_format']}; MLServer's scikit-learn "
+            "runtime loads pickle and cloudpickle files."
+        )
+    base = (version.primary_file or "MLmodel").rpartition("/")[0]
+    return f"{base}/{sklearn['pickled_model']}" if base else sklearn["pickled_model"]
+
+
+def model_dir(version: ModelVersion) -> Path:
+    """The version's files on this machine (copied from storage once), readable by all:
+    replicas see them read-only."""
+    target = root_dir() / "models" / str(version.pk)
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(root_dir(), 0o755)
+    os.chmod(target.parent, 0o755)
+    partial = target.parent / f".{version.pk}.{os.getpid()}.{time.monotonic_ns()}"
+    partial.mkdir(mode=0o755)
+    try:
+        for stored in version.files.all():
+            dest = partial / stored.path
+            dest.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            with stored.file.open("rb") as source, open(dest, "wb") as out:
+                shutil.copyfileobj(source, out)
+            os.chmod(dest, 0o644)
+        os.rename(partial, target)
+    except OSError:
+        shutil.rmtree(partial, ignore_errors=True)
+        if not target.is_dir():
+            raise
+    return target
+
+
+# --- replicas ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replica:
+    """Replica `index` of model version `version_pk` behind endpoint `endpoint_pk`."""
+
+    endpoint_pk: int
+    version_pk: int
+    index: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.endpoint_pk}-{self.version_pk}-{self.index}"
+
+    @property
+    def run_dir(self) -> Path:
+        return root_dir() / "run" / self.name
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.run_dir / "s"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "pid.json"
+
+    @property
+    def uid(self) -> int:
+        return endpoint_uid(self.endpoint_pk)
+
+
+def replicas_of(endpoint, version_pk: int) -> list[Replica]:
+    return [Replica(endpoint.pk, version_pk, i) for i in range(max(1, endpoint.replicas))]
+
+
+def running(replica: Replica) -> bool:
+    try:
+        known = json.loads(replica.pid_file.read_text())
+    except (OSError, ValueError):
+        return False
+    return process_matches(known.get("pid"), known.get("start"))
+
+
+def open_socket(replica: Replica) -> int:
+    """An O_PATH descriptor of the replica's socket, refused unless it is a socket owned
+    by the replica's uid (never a link its user put there). Raises OSError."""
+    dir_fd = os.open(replica.socket_dir, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fd = os.open(SOCKET, os.O_PATH | os.O_NOFOLLOW, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    info = os.fstat(fd)
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != replica.uid:
+        os.close(fd)
+        raise OSError(f"{replica.name}: the socket is not the replica's")
+    return fd
+
+
+def ready(replica: Replica, model_name: str) -> bool:
+    """Whether the replica answers 200 on /v2/models/<name>/ready."""
+    try:
+        fd = open_socket(replica)
+    except OSError:
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.settimeout(2)
+            sock.connect(f"/proc/self/fd/{fd}")
+            sock.sendall(
+                f"GET /v2/models/{model_name}/ready HTTP/1.1\r\nHost: replica\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            return sock.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
+    """Start `replica` unless it runs; True when this call started it."""
+    model = model_dir(version)
+    model_file = model_file_in(version)
+    replica.run_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(replica.run_dir.parent / f"{replica.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if running(replica):
+            return False
+        shutil.rmtree(replica.run_dir, ignore_errors=True)
+        replica.run_dir.mkdir(mode=0o755)
+        replica.socket_dir.mkdir(mode=0o700)
+        os.chown(replica.socket_dir, replica.uid, replica.uid)
+        argv = sandbox.in_own_cgroup(
+            _Limits(endpoint.pk * 1000 + replica.index, endpoint.memory_mb, endpoint.cpus),
+            f"endpoint-{replica.name}",
+            server_argv(endpoint, version, replica, model, model_file),
+        )
+        with open(replica.run_dir / "replica.log", "ab") as log:
+            process = subprocess.Popen(
+                argv,
+                cwd=replica.socket_dir,
+                env=_environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        replica.pid_file.write_text(
+            json.dumps({"pid": process.pid, "start": process_start_time(process.pid)})
+        )
+        return True
+
+
+def wait_ready(replica: Replica, model_name: str, timeout: float = READY_TIMEOUT) -> None:
+    """Block until the replica answers ready; ReplicaError (with its log's end) if it
+    exits or does not within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not ready(replica, model_name):
+        if not running(replica):
+            raise ReplicaError(f"the model server exited: {log_tail(replica)}")
+        if time.monotonic() > deadline:
+            raise ReplicaError(f"the model server was not ready in {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def log_tail(replica: Replica, lines: int = 5) -> str:
+    try:
+        text = (replica.run_dir / "replica.log").read_text(errors="replace")
+    except OSError:
+        return "no log"
+    return " | ".join(text.strip().splitlines()[-lines:])[-800:]
+
+
+def stop(replica: Replica, grace: float = 5.0) -> bool:
+    """Stop the replica (SIGTERM: MLServer finishes the requests it holds; SIGKILL after
+    `grace` seconds); False when it was not running."""
+    try:
+        known = json.loads(replica.pid_file.read_text())
+    except (OSError, ValueError):
+        return False
+    if not process_matches(known.get("pid"), known.get("start")):
+        return False
+    stop_processes(process_tree(known["pid"]), grace)
+    return True
+
+
+def all_replicas() -> list[Replica]:
+    found = []
+    for path in sorted((root_dir() / "run").glob("*/pid.json")):
+        parts = path.parent.name.split("-")
+        if len(parts) == 3 and all(p.isdigit() for p in parts):
+            found.append(Replica(*map(int, parts)))
+    return found
+
+
+def stop_all(endpoint_pk: int | None = None) -> int:
+    """Stop every running replica on this machine (of one endpoint, if given)."""
+    return sum(
+        stop(r) for r in all_replicas() if endpoint_pk is None or r.endpoint_pk == endpoint_pk
+    )
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What jobs' cgroup helper reads of a job: its name's number, memory and CPUs."""
+
+    pk: int
+    memory_mb: int
+    cpus: int
+
+
+def _environment() -> dict[str, str]:
+    return {
+        **sandbox.SERVER_ENVIRONMENT,
+        # One thread per BLAS pool: the replica's CPUs are the endpoint's, not the host's.
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+
+
+def server_argv(endpoint, version, replica: Replica, model: Path, model_file: str) -> list[str]:
+    """The replica's command line: sandboxed where jobs are."""
+    python = serving_python()
+    args = [endpoint.name, f"v{version.number}", str(endpoint.idle_seconds)]
+    status = sandbox.sandbox_status()
+    if not status.available:
+        # Relative to the working directory (the socket folder): a socket path is at most
+        # 107 bytes, and a data directory can be deep.
+        return [python, str(SERVER_SCRIPT), SOCKET, str(model / model_file), *args]
+    binds = ["--ro-bind", str(SERVER_SCRIPT), INSIDE_SCRIPT]
+    binds += ["--ro-bind", str(model), INSIDE_MODEL, "--bind", str(replica.socket_dir), INSIDE_RUN]
+    # No --die-with-parent: its signal follows the *thread* that started the replica (a
+    # roll's thread ends right after), not Gantry's process. A replica outlives the web
+    # process until its idle time (the next process finds it by its pid file).
+    command = [INSIDE_SCRIPT, f"{INSIDE_RUN}/{SOCKET}", f"{INSIDE_MODEL}/{model_file}", *args]
+    return sandbox.server_sandbox(status, python, replica.uid, binds, command)

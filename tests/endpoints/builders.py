@@ -1,0 +1,72 @@
+"""Endpoints' test data, built as a user would: scikit-learn digits models saved by MLflow
+(`mlflow.sklearn.save_model`, what `log_model` stores), uploaded to the model hub."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from endpoints import services
+from endpoints.models import Endpoint
+from modelhub import services as hub_services
+
+TRAIN = r"""
+import json, sys
+import mlflow.sklearn
+from sklearn.datasets import load_digits
+from sklearn.linear_model import LogisticRegression
+out = sys.argv[1]
+x, y = load_digits(return_X_y=True)
+x = x / 16.0
+for name, c in (("v1", 1.0), ("v2", 0.05)):
+    model = LogisticRegression(C=c, max_iter=300).fit(x[:1500], y[:1500])
+    mlflow.sklearn.save_model(model, f"{out}/{name}", serialization_format="cloudpickle")
+json.dump({"rows": x[1500:1520].tolist(), "labels": y[1500:1520].tolist()}, open(f"{out}/sample.json", "w"))
+"""
+
+# What mlflow.sklearn.save_model writes as MLmodel, for versions nothing runs (access tests).
+MLMODEL = b"""flavors:
+  python_function:
+    loader_module: mlflow.sklearn
+    model_path: model.pkl
+  sklearn:
+    pickled_model: model.pkl
+    serialization_format: cloudpickle
+"""
+
+
+def train_digits_models(folder: Path) -> dict:
+    """Two digits classifiers (v1, v2) as MLflow model folders under `folder`, and 20
+    held-out rows with their labels."""
+    subprocess.run([sys.executable, "-c", TRAIN, str(folder)], check=True, timeout=300)
+    return json.loads((folder / "sample.json").read_text())
+
+
+def upload_mlflow_folder(owner, model, folder: Path):
+    files = [
+        (str(p.relative_to(folder)), SimpleUploadedFile(p.name, p.read_bytes()))
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    ]
+    return hub_services.upload_version(owner, model, files)
+
+
+def access_objects(project, owner):
+    """An endpoint of lab-a (nothing started) for the generated access tests."""
+    model = hub_services.create_model(owner, project, name="served")
+    version = hub_services.upload_version(
+        owner,
+        model,
+        [
+            ("MLmodel", SimpleUploadedFile("MLmodel", MLMODEL)),
+            ("model.pkl", SimpleUploadedFile("model.pkl", b"not loaded here")),
+        ],
+    )
+    endpoint = services.create_endpoint(
+        owner, project, name="served", model=model, version=version.number
+    )
+    return {Endpoint: endpoint}

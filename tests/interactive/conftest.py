@@ -1,0 +1,3 @@
+"""Interactive sessions run inside real jobs: the job fixtures (tests/jobs/conftest.py)."""
+
+from tests.jobs.conftest import job_settings, running_jobs  # noqa: F401 - fixtures

@@ -1,0 +1,496 @@
+"""Gantry's jobs in real containers: the control plane of tests/k8s_cluster.py with its kwok
+GPU nodes, and beside them one real worker node (tests/k8s_node.py: containerd, runc and
+kubelet). The job's pod is pulled from the test registry (tests/registry.py; the image
+platform/dev/images-build makes: Python, the executor, scikit-learn), and the executor in it
+does what it does in production: fetches its spec from Gantry's API, streams its log,
+uploads its outputs and reports its exit.
+
+The network rule (tests/k8s_node.py says how the node keeps it): pods use the host's network
+(GANTRY_K8S_HOST_NETWORK) and reach Gantry's live server on 127.0.0.1; the registry, the API
+server and kubelet listen on 127.0.0.1 too. Nothing else is contacted.
+
+The kwok GPU nodes carry the `nvidia.com/gpu` NoSchedule taint that real GPU nodes usually
+carry, so CPU jobs go to the real node. Without the binaries, the image or the registry's
+tools these tests skip, except under CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.jobs.test_k8s_live import Admin, Gantry, platform_documents, server_side_apply
+from tests.k8s_cluster import ClusterUnavailable, KubeCluster
+from tests.k8s_node import NODE_NAME, KubeNode
+from tests.registry import PASSWORD, USERNAME, missing_tools, start_registry
+
+# One xdist worker takes the whole module (--dist loadgroup): one control plane and node.
+pytestmark = [pytest.mark.k8s_live, pytest.mark.slow, pytest.mark.xdist_group("k8s-real-node")]
+
+IMAGES_BUILD = Path(__file__).resolve().parents[2] / "platform" / "dev" / "images-build"
+WAIT = 150  # a safety net against hanging (the first pull unpacks the image), not a timing
+
+TRAIN = """\
+import json, os, pickle
+from sklearn.datasets import load_digits
+from sklearn.linear_model import LogisticRegression
+x, y = load_digits(return_X_y=True)
+print("training on", len(x[:1200]), "digits", flush=True)
+model = LogisticRegression(max_iter=300).fit(x[:1200], y[:1200])
+accuracy = model.score(x[1200:], y[1200:])
+print("accuracy", round(accuracy, 3), flush=True)
+out = os.environ["GANTRY_OUTPUTS_DIR"]
+with open(os.path.join(out, "model.pkl"), "wb") as f:
+    pickle.dump(model, f)
+probe = {"uid": os.getuid(), "gid": os.getgid()}
+try:
+    open("/probe", "w")
+    probe["root_fs"] = "writable"
+except OSError as exc:
+    probe["root_fs"] = exc.strerror
+status = open("/proc/self/status").read().splitlines()
+probe.update(l.split(":\\t") for l in status if l.startswith(("CapEff", "Seccomp", "NoNewPrivs")))
+probe["token"] = os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount")
+with open(os.path.join(out, "probe.json"), "w") as f:
+    json.dump(probe, f)
+"""
+
+
+def unavailable(reason: str):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the real Kubernetes node cannot run (CI=true): {reason}")
+    pytest.skip(reason)
+
+
+def python_image() -> tuple[str, list[str]]:
+    """The Python image's reference in buildah's storage and buildah's flags."""
+    tools = [t for t in ("buildah", *missing_tools()) if not shutil.which(t)]
+    if tools:
+        unavailable(f"no {', '.join(tools)}")
+    env = dict(
+        line.split("=", 1)
+        for line in subprocess.run(
+            [str(IMAGES_BUILD), "--env"], check=True, capture_output=True, text=True
+        ).stdout.splitlines()
+    )
+    flags = shlex.split(env["BUILDAH_FLAGS"])
+    image = env["GANTRY_PYTHON_IMAGE"]
+    found = subprocess.run(
+        ["buildah", *flags, "inspect", "--type", "image", image], capture_output=True
+    )
+    if found.returncode != 0:
+        unavailable(f"{image} is not built: run platform/dev/images-build")
+    return image, flags
+
+
+@pytest.fixture(scope="module")
+def real_node(tmp_path_factory):
+    """The control plane, kwok's GPU nodes tainted as GPU nodes are, the test registry
+    holding the Python image, and the real node; all stopped afterwards."""
+    image, flags = python_image()
+    registry = start_registry(tmp_path_factory.mktemp("registry"))
+    cluster = node = None
+    try:
+        pushed = f"{registry.host}/gantry/python:{image.rsplit(':', 1)[1]}"
+        begun = time.monotonic()
+        subprocess.run(
+            ["buildah", *flags, "push", "--quiet", "--tls-verify=false", "--creds",
+             f"{USERNAME}:{PASSWORD}", image, f"docker://{pushed}"],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+        pushed_seconds = time.monotonic() - begun
+        try:
+            cluster = KubeCluster().start()
+            from kubernetes import client
+
+            core = client.CoreV1Api(cluster.client())
+            taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+            for node_ in core.list_node().items:
+                core.patch_node(node_.metadata.name, {"spec": {"taints": [taint]}})
+            node = KubeNode(cluster, registry_hosts=(registry.host,)).start()
+        except ClusterUnavailable as exc:
+            unavailable(str(exc))
+        print(
+            f"image pushed in {pushed_seconds:.1f} s, control plane up in "
+            f"{cluster.started_seconds:.1f} s, node Ready in {node.started_seconds:.1f} s"
+        )
+        yield cluster, node, registry, pushed
+    finally:
+        if node is not None:
+            node.stop()
+            assert not any(node.leftovers().values()), node.leftovers()
+        if cluster is not None:
+            cluster.stop()
+        registry.stop()
+
+
+@pytest.fixture
+def gantry(transactional_db, settings, real_node, live_server, tmp_path):
+    """Gantry on the cluster as its ServiceAccount (platform/k8s/), with pods on the host's
+    network and the registry's pull Secret named for every pod."""
+    import yaml
+    from kubernetes import client
+
+    from cluster.models import KubernetesCluster
+    from jobs.compute import reset_backends
+
+    cluster, _, registry, pushed = real_node
+    # Gantry's own servers run in this test process: their Deployments and DaemonSet would
+    # only take the real node's CPUs and ask it for images it must not fetch.
+    server_side_apply(
+        cluster.client(),
+        [d for d in platform_documents() if d["kind"] not in ("Deployment", "DaemonSet")],
+    )
+    token = client.CoreV1Api(cluster.client()).create_namespaced_service_account_token(
+        "gantry", "gantry", {"spec": {"expirationSeconds": 86400}}
+    ).status.token
+    kubeconfig = yaml.safe_dump(
+        cluster.kubeconfig_dict(token, user="system:serviceaccount:gantry:gantry")
+    )
+    settings.GANTRY_JOB_BACKEND = "kubernetes"
+    settings.GANTRY_URL = live_server.url
+    settings.GANTRY_K8S_API_URL = live_server.url
+    settings.GANTRY_K8S_DEFAULT_IMAGE = pushed
+    settings.GANTRY_K8S_HOST_NETWORK = True
+    settings.GANTRY_K8S_IMAGE_PULL_SECRETS = ["gantry-registry"]
+    settings.GANTRY_JOBS_DIR = tmp_path / "jobs"
+    settings.GANTRY_JOB_GRACE_SECONDS = 2
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": tmp_path / "files"},
+        },
+    }
+    KubernetesCluster.objects.create(name="real", kubeconfig=kubeconfig, is_default=True)
+    reset_backends()
+    yield Gantry(Admin(cluster), live_server.url)
+    reset_backends()
+
+
+def pull_secret(registry) -> dict:
+    import base64
+    import json
+
+    auth = base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
+    config = {"auths": {registry.host: {"auth": auth}}}
+    return {
+        "metadata": {"name": "gantry-registry"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
+    }
+
+
+def real_tenant(gantry, owner, registry, slug: str):
+    """A tenant's project and namespace (made by Gantry), with the registry's pull Secret
+    put there (the lab admin's part)."""
+
+    from accounts import services as account_services
+    from projects import services as project_services
+
+    tenant = account_services.create_tenant(actor=owner, name=slug, slug=slug)
+    project = project_services.create_project(actor=owner, tenant=tenant, name="P", slug="p")
+    ns = gantry.backend.ensure_tenant(gantry.backend.connection(gantry.ref), tenant)
+    gantry.admin.core.create_namespaced_secret(ns, pull_secret(registry))
+    return project, ns
+
+
+def diagnosis(real_node, job, ns: str) -> str:
+    """What the pod, its events, kubelet and Gantry say (for a failure's message)."""
+    from kubernetes import client
+
+    from jobs.models import LogChunk
+
+    cluster, node, _, _ = real_node
+    core = client.CoreV1Api(cluster.client())
+    job.refresh_from_db()
+    pods = core.list_namespaced_pod(ns).items
+    events = [f"{e.reason}: {e.message}" for e in core.list_namespaced_event(ns).items]
+    lines = [line["text"] for c in LogChunk.objects.filter(job=job) for line in c.lines()]
+    return "\n".join(
+        [
+            f"job {job.state}: {job.state_reason}",
+            *(f"pod {p.metadata.name} {p.status.phase} {p.status.container_statuses}" for p in pods),
+            *events,
+            "--- job log", *lines[-30:],
+            "--- kubelet", node.log_tail("kubelet", 20),
+            "--- containerd", node.log_tail("containerd", 10),
+        ]
+    )  # fmt: skip
+
+
+def test_the_real_node_is_ready_beside_the_kwok_nodes_on_loopback(real_node):
+    from kubernetes import client
+
+    cluster, node, _, _ = real_node
+    core = client.CoreV1Api(cluster.client())
+    real = core.read_node(NODE_NAME)
+    assert {a.address for a in real.status.addresses} == {"127.0.0.1"}
+    assert real.status.node_info.container_runtime_version == "containerd://2.2.9"
+    assert real.status.node_info.kubelet_version == "v1.36.3"
+    assert not real.spec.taints
+    kwok = [n for n in core.list_node().items if n.metadata.name != NODE_NAME]
+    assert len(kwok) == 3 and all(n.spec.taints[0].key == "nvidia.com/gpu" for n in kwok)
+    # Its pods' sandbox image came from a local file, not from an image hub.
+    assert "localhost/gantry/pause:1" in node.ctr("images", "ls", "-q")
+
+
+def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(
+    gantry, real_node, owner
+):
+    from jobs.models import Artifact, LogChunk
+
+    _, _, registry, pushed = real_node
+    project, ns = real_tenant(gantry, owner, registry, "real")
+
+    begun = time.monotonic()
+    job = gantry.submit(
+        owner, project, name="digits", cpus=1, memory_mb=1024,
+        command=f"python -c {shlex.quote(TRAIN)}",
+    )  # fmt: skip
+    try:
+        gantry.ended(job, timeout=WAIT, reconcile=job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+    took = time.monotonic() - begun
+    pod = gantry.admin.pods(job)[0]
+    assert job.state == "succeeded", (job.state_reason, pod.status)
+    print(f"submitted to succeeded in {took:.1f} s")
+    assert gantry.states(job) == ["queued", "admitted", "starting", "running", "succeeded"]
+    assert pod.spec.node_name == NODE_NAME and pod.spec.host_network is True
+    assert pod.spec.containers[0].image == pushed
+    worker = job.worker_set.get()
+    assert worker.exit_code == 0
+    lines = [line["text"] for c in LogChunk.objects.filter(job=job) for line in c.lines()]
+    assert "training on 1200 digits" in lines
+    accuracy = next(float(x.split()[1]) for x in lines if x.startswith("accuracy "))
+    assert accuracy > 0.85
+    artifacts = {a.path: a for a in Artifact.objects.filter(job=job)}
+    assert set(artifacts) == {"model.pkl", "probe.json"}
+    assert artifacts["model.pkl"].size > 1000
+
+    # The pod's security settings, as the real runtime applied them.
+    import json
+
+    probe = json.loads(artifacts["probe.json"].file.read())
+    assert (probe["uid"], probe["gid"]) == (1000, 1000)
+    assert probe["root_fs"] == "Read-only file system"
+    assert int(probe["CapEff"], 16) == 0
+    assert probe["Seccomp"] == "2"  # filtered: RuntimeDefault
+    assert probe["NoNewPrivs"] == "1"
+    assert probe["token"] is False
+
+
+def test_a_pod_evicted_mid_run_ends_the_attempt_and_the_next_one_runs_to_the_end(
+    gantry, real_node, owner
+):
+    """An eviction (a node drained, a pod preempted) on the real node: kubelet stops the
+    container, the attempt is lost, Gantry requeues the job and its next pod succeeds."""
+    from jobs.models import LogChunk
+
+    _, _, registry, _ = real_node
+    project, ns = real_tenant(gantry, owner, registry, "evicted")
+    script = "import time\nprint('working', flush=True)\ntime.sleep(20)\nprint('done')\n"
+    job = gantry.submit(
+        owner, project, name="evicted", cpus=1, max_retries=1,
+        command=f"python -c {shlex.quote(script)}",
+    )  # fmt: skip
+
+    def working() -> bool:
+        job.refresh_from_db()
+        lines = [x["text"] for c in LogChunk.objects.filter(job=job) for x in c.lines()]
+        return job.state == "running" and "working" in lines
+
+    try:
+        gantry.pump(working, "the command runs", timeout=WAIT, reconcile=job)
+        (pod,) = gantry.admin.pods(job)
+        gantry.admin.core.create_namespaced_pod_eviction(
+            pod.metadata.name, ns, {"metadata": {"name": pod.metadata.name, "namespace": ns}}
+        )
+        gantry.pump(lambda: (job.refresh_from_db(), job.attempt == 2)[1], "a second attempt")
+        assert job.state == "queued", job.state_reason
+        assert job.state_reason.startswith("attempt 1 lost"), job.state_reason
+        gantry.relaunch(job)
+        gantry.ended(job, timeout=WAIT, reconcile=job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+    assert job.state == "succeeded", job.state_reason
+    assert gantry.states(job) == [
+        "queued", "admitted", "starting", "running", "queued",
+        "admitted", "starting", "running", "succeeded",
+    ]  # fmt: skip
+    (pod,) = gantry.admin.pods(job)
+    assert pod.metadata.labels["gantry.dev/attempt"] == "2" and pod.spec.node_name == NODE_NAME
+
+
+def test_gantry_exec_runs_a_command_in_the_running_pod_through_the_exec_api(
+    gantry, real_node, owner
+):
+    """`gantry exec` / `gantry shell` on Kubernetes: Gantry's terminal session
+    (interactive.terminal.KubernetesSession, what the terminal websocket drives) opens the
+    exec API as Gantry's ServiceAccount; the API server reaches kubelet on 127.0.0.1, which
+    runs the command in the job's container, as the job's user."""
+    from asgiref.sync import async_to_sync
+
+    from interactive import terminal
+    from jobs.models import LogChunk
+    from jobs.services.lifecycle import cancel_job
+
+    _, _, registry, _ = real_node
+    project, ns = real_tenant(gantry, owner, registry, "shell")
+    script = "import time\nprint('ready', flush=True)\ntime.sleep(120)\n"
+    job = gantry.submit(
+        owner, project, name="shell", cpus=1, command=f"python -c {shlex.quote(script)}"
+    )
+
+    def ready() -> bool:
+        job.refresh_from_db()
+        lines = [x["text"] for c in LogChunk.objects.filter(job=job) for x in c.lines()]
+        return job.state == "running" and "ready" in lines
+
+    try:
+        gantry.pump(ready, "the command runs", timeout=WAIT, reconcile=job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+
+    worker = job.worker_set.get()
+
+    def run(command: list[str]) -> tuple[bytes, int]:
+        async def scenario():
+            session = terminal.open_session(job, worker, command)
+            await session.start(80, 24)
+            output = b""
+            while (chunk := await session.output.get()) is not None:
+                output += chunk
+            return output, await session.wait()
+
+        return async_to_sync(scenario)()
+
+    output, code = run(["sh", "-c", "id -u; pwd"])
+    assert (output.decode().split("\r\n")[:2], code) == (["1000", "/workspace"], 0)
+    init, code = run(["cat", "/proc/1/cmdline"])  # the job's container, not the sandbox's
+    assert init.split(b"\0")[:3] == [b"python", b"-m", b"executor"] and code == 0
+    assert run(["sh", "-c", "exit 3"])[1] == 3
+    cancel_job(owner, job)
+    gantry.ended(job, timeout=WAIT, reconcile=job)
+    assert job.state == "cancelled", job.state_reason
+
+
+RESUMABLE = """\
+import hashlib, os, pickle, time
+import numpy as np
+from sklearn.datasets import load_digits
+from sklearn.linear_model import SGDClassifier
+from executor.checkpoints import checkpoint, resume_from
+x, y = load_digits(return_X_y=True)
+start, model = 0, SGDClassifier(random_state=0)
+if resume_from():
+    with open(os.path.join(resume_from(), "state.pkl"), "rb") as f:
+        start, model = pickle.load(f)
+    print("resumed at epoch", start, flush=True)
+for epoch in range(start, 8):
+    model.partial_fit(x / 16.0, y, classes=np.arange(10))
+    with open("state.pkl", "wb") as f:
+        pickle.dump((epoch + 1, model), f)
+    checkpoint("state.pkl", step=epoch + 1)
+    print("epoch", epoch + 1, flush=True)
+    time.sleep(1.5)
+weights = model.coef_.tobytes() + model.intercept_.tobytes()
+print("weights", hashlib.sha256(weights).hexdigest(), flush=True)
+"""
+
+
+def uninterrupted_weights() -> str:
+    """RESUMABLE's final weights when nothing stops it, computed here (the same
+    scikit-learn as the image's)."""
+    import hashlib
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import SGDClassifier
+
+    x, y = load_digits(return_X_y=True)
+    model = SGDClassifier(random_state=0)
+    for _ in range(8):
+        model.partial_fit(x / 16.0, y, classes=np.arange(10))
+    return hashlib.sha256(model.coef_.tobytes() + model.intercept_.tobytes()).hexdigest()
+
+
+def test_an_evicted_job_resumes_from_its_last_checkpoint_to_the_same_weights(
+    gantry, real_node, owner
+):
+    """The executor in the pod uploads each checkpoint the training code saves; after an
+    eviction the next attempt's executor stages the last complete one, the code resumes
+    from it, and the final weights are those of a run nothing interrupted."""
+    from checkpoints.models import Checkpoint
+    from jobs.models import LogChunk
+
+    _, _, registry, _ = real_node
+    project, ns = real_tenant(gantry, owner, registry, "resumed")
+    job = gantry.submit(
+        owner, project, name="resumed", cpus=1, max_retries=1,
+        command=f"python -c {shlex.quote(RESUMABLE)}",
+    )  # fmt: skip
+
+    def saved() -> int:
+        done = Checkpoint.objects.complete().filter(job=job, attempt=1)
+        return max((c.step for c in done), default=0)
+
+    try:
+        gantry.pump(lambda: saved() >= 2, "two checkpoints uploaded", WAIT, reconcile=job)
+        (pod,) = gantry.admin.pods(job)
+        gantry.admin.core.create_namespaced_pod_eviction(
+            pod.metadata.name, ns, {"metadata": {"name": pod.metadata.name, "namespace": ns}}
+        )
+        gantry.pump(lambda: (job.refresh_from_db(), job.attempt == 2)[1], "a second attempt")
+        last = saved()
+        gantry.relaunch(job)
+        gantry.ended(job, timeout=WAIT, reconcile=job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+    assert job.state == "succeeded", job.state_reason
+    lines = [x["text"] for c in LogChunk.objects.filter(job=job) for x in c.lines()]
+    resumed = [int(x.split()[-1]) for x in lines if x.startswith("resumed at epoch")]
+    assert resumed and 2 <= resumed[0] <= last < 8, (resumed, last)
+    weights = [x.split()[1] for x in lines if x.startswith("weights ")]
+    assert weights == [uninterrupted_weights()]
+
+
+def test_the_node_keeps_the_network_rule_for_pulls_and_pod_networks(real_node):
+    """A pull from any registry but the test one goes to 127.0.0.1:9 (refused: no name is
+    looked up, nothing leaves the machine); a pod without hostNetwork never starts, since
+    the only CNI plugin is `loopback`."""
+    from kubernetes import client
+
+    cluster, _, _, _ = real_node
+    core = client.CoreV1Api(cluster.client())
+    ns = "network-rule"
+    core.create_namespace({"metadata": {"name": ns}})
+
+    def pod(name: str, image: str, host_network: bool) -> dict:
+        container = {"name": "c", "image": image, "command": ["/pause"]}
+        spec = {"hostNetwork": host_network, "containers": [container]}
+        return {"metadata": {"name": name}, "spec": {"nodeName": NODE_NAME, **spec}}
+
+    core.create_namespaced_pod(ns, pod("hub", "registry.example.org/gantry/x:1", True))
+    core.create_namespaced_pod(ns, pod("isolated", "localhost/gantry/pause:1", False))
+
+    def said(name: str, words: str) -> bool:
+        events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
+        return any(words in (e.message or "") for e in events.items)
+
+    deadline = time.monotonic() + 60
+    while not (said("hub", "127.0.0.1:9") and said("isolated", "failed to find network info")):
+        assert time.monotonic() < deadline, [
+            e.message for e in core.list_namespaced_event(ns).items
+        ]
+        time.sleep(0.5)
+    assert said("hub", "connection refused")
+    assert core.read_namespaced_pod("isolated", ns).status.phase == "Pending"
+    core.delete_namespace(ns)
