@@ -19,7 +19,7 @@ django_asgi_app = get_asgi_application()  # django.setup(), before anything impo
 
 from accounts.websocket_auth import TokenAuthMiddleware  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
-from endpoints.asgi import GatewayFirst  # noqa: E402
+from endpoints.asgi import GatewayFirst, lifespan  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
@@ -29,5 +29,7 @@ application = ProtocolTypeRouter(
             # A session cookie (browsers) or `Authorization: Bearer gty_…` (the gantry CLI).
             AuthMiddlewareStack(TokenAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
+        # The server's start and graceful stop (uvicorn --lifespan on).
+        "lifespan": lifespan,
     }
 )

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from endpoints import gateway, services
+from endpoints import gateway, services, traffic
 
 PREFIX = "/serve/"
 
@@ -94,3 +95,16 @@ async def _read_body(receive) -> bytes | None:
             chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
+
+
+async def lifespan(scope, receive, send):
+    """ASGI lifespan (uvicorn --lifespan on): at the server's graceful stop, the gateway's
+    buffered request records are written (endpoints.traffic)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await sync_to_async(traffic.flush_pending, thread_sensitive=False)()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

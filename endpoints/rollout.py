@@ -11,7 +11,9 @@ DRAIN_SECONDS for the requests the old replicas hold, and stops them.
 
 A slot whose replicas are not running (never started, or scaled to zero after the
 endpoint's idle time) starts them in the request that finds them down, and that
-request waits for them: the cold start, whose time is kept on the endpoint.
+request waits for them: the cold start, whose time is kept on the endpoint. A start (or
+a roll's new replicas) that would take the tenant past its quota, with what its jobs and
+other endpoints hold by then, is refused with the quota's message instead.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from django.core.exceptions import ValidationError
 from django.db import close_old_connections
 
 from endpoints import admissions, local, services
@@ -142,6 +145,12 @@ def _cold_start(endpoint: Endpoint, version: ModelVersion) -> float:
     if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_FAILURE:
         wait = RETRY_AFTER_FAILURE - (time.monotonic() - failed[0])
         raise local.ReplicaError(f"{failed[1]} (tried again in {wait:.0f} s)")
+    try:  # what a start holds counts in the quota as on creation (a job may hold it now)
+        services.check_quota(endpoint, services.held_by(endpoint), [])
+    except ValidationError as exc:
+        reason = f"v{version.number} not started: {' '.join(exc.messages)}"
+        Endpoint.objects.filter(pk=endpoint.pk).update(state_reason=reason[:500])
+        raise local.ReplicaError(reason) from None
     started = time.perf_counter()
     Endpoint.objects.filter(pk=endpoint.pk).update(
         state=EndpointState.STARTING, state_reason=f"starting v{version.number}"

@@ -170,7 +170,7 @@ def check_quota(endpoint: Endpoint, held_now: dict[str, int], changed: list[str]
         )
 
 
-def _held_by(endpoint: Endpoint) -> dict[str, int]:
+def held_by(endpoint: Endpoint) -> dict[str, int]:
     """What the endpoint's running replicas hold now (as they were started)."""
     n = running_replica_counts().get(endpoint.pk, 0) if endpoint.pk else 0
     return {key: getattr(endpoint, field) * n for field, key, _ in RESOURCES}
@@ -212,7 +212,7 @@ def update_endpoint(actor, endpoint: Endpoint, **fields) -> Endpoint:
     """Change what an endpoint serves or how; the gateway rolls to it on the next request."""
     endpoint = Endpoint.objects.select_for_update().get(pk=endpoint.pk)
     require(actor, "endpoint.manage", endpoint)
-    held_now = _held_by(endpoint)
+    held_now = held_by(endpoint)
     changed = _clean(endpoint, fields)
     if set(changed) & set(SIZING):
         check_quota(endpoint, held_now, changed)

@@ -4,12 +4,17 @@ figures the endpoint page and the API show from it.
 A request is added to this process's buffer on the request path (no database write
 there); the buffer is written in one transaction per FLUSH_SECONDS at
 most, in a worker thread: the rows of the requests' log, trimmed to the last
-LOG_LENGTH per endpoint, and the per-version totals. Requests still in
-the buffer when the process ends are lost from the figures (never the answers).
+LOG_LENGTH per endpoint, and the per-version totals. What is still in the buffer when the
+web server stops is written then: uvicorn's graceful stop sends the ASGI lifespan's
+shutdown (endpoints.asgi.Lifespan), a gunicorn worker's ends its interpreter normally
+(atexit). uvicorn kills itself with the signal it was stopped by after its shutdown, so
+atexit alone would not run there. A SIGKILL loses them (never the answers).
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import threading
 import time
 from collections import defaultdict
@@ -20,6 +25,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from endpoints.models import Endpoint, EndpointRequest, EndpointVersionStats
+
+logger = logging.getLogger(__name__)
 
 FLUSH_SECONDS = 1.0
 LOG_LENGTH = 1000  # requests kept per endpoint
@@ -54,6 +61,18 @@ def record(endpoint_pk, version_number, canary, method, path, status, started, c
             timer.start()
     if due:
         _flush_later()
+
+
+@atexit.register
+def flush_pending() -> None:
+    """Write what is buffered, at a server's stop."""
+    with _lock:
+        if not _buffer:
+            return
+    try:
+        flush()
+    except Exception as exc:  # at exit, the database may be gone first
+        logger.warning("endpoint traffic: the last requests' records are lost: %s", exc)
 
 
 def _flush_later() -> None:

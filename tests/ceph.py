@@ -23,6 +23,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
 from core.ports import free_port
 
 DAEMONS = ("ceph-mon", "ceph-osd", "radosgw")
@@ -30,7 +31,6 @@ DAEMONS = ("ceph-mon", "ceph-osd", "radosgw")
 
 def available() -> bool:
     return all(shutil.which(name) for name in (*DAEMONS, "ceph", "radosgw-admin", "monmaptool"))
-
 
 
 class CephError(RuntimeError):

@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import yaml
+
 from core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,7 +74,6 @@ def _end_with_parent() -> None:
 
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-
 
 
 def gpu_node(name: str, gpus: int, model: str) -> dict:

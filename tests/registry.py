@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
 from core.ports import free_port
 
 USERNAME = "gantry"
@@ -32,7 +33,6 @@ def missing_tools() -> list[str]:
     if not registry_binary():
         missing.insert(0, "docker-registry")
     return missing
-
 
 
 @dataclass

@@ -54,7 +54,6 @@ from django.conf import settings
 from core.nvml import nvidia_smi_query, nvml_query
 from jobs.compute import sandbox
 from jobs.compute.base import Backend, Capacity, Gpu, Node, WorkerProbe
-from core.ports import free_port
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +151,6 @@ def _meminfo_mb() -> int:
     except OSError:
         pass
     return 4096
-
 
 
 def _open_log(path: Path):

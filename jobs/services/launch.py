@@ -53,7 +53,7 @@ def launch_job(job: Job) -> bool:
     secret = secrets.token_urlsafe(32)
     placement = dict(job.placement)
     if job.kind == JobKind.DISTRIBUTED:
-        from jobs.compute.local import free_port
+        from core.ports import free_port
 
         placement["master_port"] = free_port()
     n = job.workers

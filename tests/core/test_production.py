@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import service_required
 from core.ports import free_port
+from tests.conftest import service_required
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"

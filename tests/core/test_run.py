@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from core.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

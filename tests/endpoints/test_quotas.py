@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from endpoints import local, services
+from endpoints import local, rollout, services
 from endpoints.models import Endpoint
 from jobs.compute import reset_backends
 from jobs.compute.local import process_start_time
@@ -114,9 +114,7 @@ def test_a_tenants_endpoint_replicas_take_room_on_the_machine(
     job = submit(owner, project, cpus=4)
 
     assert admission_pass() == []
-    assert Job.objects.get(pk=job.pk).state_reason == (
-        "waiting for 4 CPUs: 2 free on this machine"
-    )
+    assert Job.objects.get(pk=job.pk).state_reason == ("waiting for 4 CPUs: 2 free on this machine")
     local.stop_all(endpoint.pk)
     assert admission_pass() == [job]
 
@@ -153,7 +151,14 @@ def test_an_endpoints_gpus_take_the_guarantee_before_the_tenants_jobs(
 
 
 def test_an_endpoint_on_borrowed_gpus_is_never_preempted(
-    owner, outsider, tenant, other_tenant, project, other_project, version, start_replicas,
+    owner,
+    outsider,
+    tenant,
+    other_tenant,
+    project,
+    other_project,
+    version,
+    start_replicas,
     settings,
 ):
     settings.GANTRY_LOCAL_FAKE_GPUS = 4
@@ -223,9 +228,7 @@ def test_scaling_an_endpoint_past_the_quota_is_refused_and_changes_nothing(
     with pytest.raises(ValidationError) as caught:
         services.update_endpoint(owner, endpoint, replicas=3)
     assert "3 replicas × 2 CPUs need 6 CPUs" in caught.value.message_dict["replicas"][0]
-    answer = api_for(owner).patch(
-        f"/api/v1/endpoints/{endpoint.pk}/", {"cpus": 5}, format="json"
-    )
+    answer = api_for(owner).patch(f"/api/v1/endpoints/{endpoint.pk}/", {"cpus": 5}, format="json")
     assert answer.status_code == 400
     assert "1 replica × 5 CPUs need 5 CPUs" in answer.json()["cpus"][0]
     endpoint.refresh_from_db()
@@ -236,6 +239,30 @@ def test_scaling_an_endpoint_past_the_quota_is_refused_and_changes_nothing(
     # Other changes are not refused while the tenant is over its quota.
     cpu_quota(owner, tenant, 1)
     assert services.update_endpoint(owner, endpoint, rate_limit=5).rate_limit == 5
+
+
+def test_a_cold_start_past_the_quota_is_refused_with_the_quotas_message(
+    owner, tenant, project, version
+):
+    # Created while the tenant held nothing; by its first request (or its first after
+    # scaling to zero) a job holds 3 of the 4 CPUs: its 2 CPUs are not started.
+    cpu_quota(owner, tenant, 4)
+    endpoint = endpoint_of(owner, project, version, replicas=1, cpus=2)
+    submit(owner, project, cpus=3)
+    assert len(admission_pass()) == 1
+
+    with pytest.raises(local.ReplicaError) as caught:
+        rollout.route(endpoint)
+    reason = (
+        "v1 not started: 1 replica × 2 CPUs need 2 CPUs, but tenant lab-a may hold at most "
+        "4 CPUs and holds 3 CPUs now (3 CPUs by jobs, 0 CPUs by other endpoints); use fewer "
+        "or smaller replicas, or ask an administrator for a larger quota."
+    )
+    assert str(caught.value) == reason
+    assert not local.all_replicas()  # nothing was started
+    endpoint.refresh_from_db()
+    assert endpoint.state_reason == reason
+    assert endpoint.serving_version is None
 
 
 def test_the_cluster_and_home_pages_show_what_endpoints_hold(

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 from django.db import connection
-from core.ports import free_port
 
+from core.ports import free_port
 
 
 def database_url() -> str:

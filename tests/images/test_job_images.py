@@ -7,11 +7,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
+from core.ports import free_port
 from images import services
 from images.models import RuntimeImage
 from jobs.models import Job, JobImage
 from jobs.services.submit import clone_job, submit_job
-from core.ports import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +47,6 @@ def _form(**extra):
         "priority": 0,
         **extra,
     }
-
 
 
 # --- the form -------------------------------------------------------------------------------

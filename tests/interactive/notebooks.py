@@ -26,14 +26,13 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 from django.conf import settings
 
+from core.ports import free_port
 from interactive import proxy
 from jobs.compute.local import NOTEBOOK_SOCKET, LocalBackend
 from jobs.models import Job, JobWorker
 from jobs.states import transition
-from core.ports import free_port
 
 KERNEL_PROTOCOL = "v1.kernel.websocket.jupyter.org"
-
 
 
 def lab_get(target: proxy.NotebookTarget, path: str, timeout=5, **kwargs) -> httpx.Response:

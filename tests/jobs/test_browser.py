@@ -26,18 +26,17 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
+from core.ports import free_port
 from jobs.models import Job
 from jobs.services.launch import make_token
 from jobs.services.submit import submit_job
 from jobs.states import transition
 from tests.conftest import service_required
-from core.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CHROMIUM = "/usr/bin/chromium"
 SECRET = "s3cret"
-
 
 
 def _database_url() -> str:
@@ -48,9 +47,10 @@ def _database_url() -> str:
     return f"sqlite:///{db['NAME']}?timeout=20"
 
 
-@pytest.fixture
-def asgi_server(tmp_path):
-    """uvicorn serving config.asgi over the test database; yields its base URL."""
+@contextlib.contextmanager
+def serving_asgi(tmp_path):
+    """uvicorn serving config.asgi over the test database, as production runs it
+    (platform/k8s/asgi.yaml); yields (base URL, its process), stopped afterwards."""
     port = free_port()
     env = {
         **os.environ,
@@ -65,7 +65,7 @@ def asgi_server(tmp_path):
     log = open(log_path, "wb")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--lifespan", "off", "--no-access-log"],
+        + ["--port", str(port), "--lifespan", "on", "--no-access-log"],
         cwd=settings.BASE_DIR,
         env=env,
         stdout=log,
@@ -85,15 +85,23 @@ def asgi_server(tmp_path):
                         "uvicorn did not start: " + log_path.read_text(errors="replace")[-3000:]
                     ) from None
                 time.sleep(0.2)
-        yield url
+        yield url, server
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # a test may have stopped it
+            os.killpg(server.pid, signal.SIGTERM)
         try:
             server.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
         log.close()
+
+
+@pytest.fixture
+def asgi_server(tmp_path):
+    """uvicorn serving config.asgi over the test database; yields its base URL."""
+    with serving_asgi(tmp_path) as (url, _):
+        yield url
 
 
 @contextlib.contextmanager

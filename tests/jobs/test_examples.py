@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +35,6 @@ def required_module(name: str):
 def _torch():
     required_module("torch")
     required_module("sklearn")
-
 
 
 def job_env(tmp_path, name, **extra):
@@ -107,7 +107,9 @@ def test_training_writes_tensorboard_event_files_in_its_working_directory(traine
     board.Reload()
     assert {"loss", "train_loss", "val_loss", "val_accuracy"} <= set(board.Tags()["scalars"])
     logged = metrics(metrics_file)
-    assert [e.step for e in board.Scalars("val_accuracy")] == [r["step"] for r in logged["val_accuracy"]]
+    assert [e.step for e in board.Scalars("val_accuracy")] == [
+        r["step"] for r in logged["val_accuracy"]
+    ]
 
 
 def test_training_without_tensorboard_trains_and_says_so(tmp_path):

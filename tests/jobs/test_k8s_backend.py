@@ -564,23 +564,52 @@ def running(job):
     return job
 
 
-def test_an_evicted_pod_is_lost_and_retried_whatever_its_executor_reports(kube, owner, project):
+def test_an_evicted_pod_is_lost_and_retried_once_its_executor_has_saved(kube, owner, project):
     job = running(launch(owner, project, max_retries=1))
-    drained = pod_json(job, phase="Running", state={"running": {}}, deleting=True, conditions=[
-        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-         "message": "Eviction API: evicting", "lastTransitionTime": stamp()}])
+    eviction = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                "message": "Eviction API: evicting", "lastTransitionTime": stamp()}
+    drained = pod_json(job, phase="Running", state={"running": {}}, deleting=True,
+                       conditions=[eviction])
     kube.script_watch("pods", event("MODIFIED", drained, 1001))
+    pod_watch(kube).watch_once()
+    # Its grace period: the SIGTERMed executor uploads its last checkpoint and outputs
+    # into the attempt, which must still be there to take them.
+    job.refresh_from_db()
+    assert job.state == "running" and job.attempt == 1
+    assert assess_pod(deserialize_pod(drained)).reason == (
+        "stopped by the cluster (EvictionByEvictionAPI: Eviction API: evicting); "
+        "its executor is saving its work")
+    # Then it reports "cancelled": no one asked, so the worker is lost and retried.
+    record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled",
+                                               "exit_code": 143, "reason": "cancelled: executor received SIGTERM"})
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2
+    assert job.state_reason == (
+        "attempt 1 lost (stopped by the cluster (executor received SIGTERM)); retrying, 2 of 2")
+    # The container's end, seen afterwards, changes nothing.
+    ended = pod_json(job, attempt=1, phase="Failed", deleting=True, conditions=[eviction],
+                     state={"terminated": {"reason": "Error", "exitCode": 143}})
+    kube.script_watch("pods", event("MODIFIED", ended, 1002))
+    pod_watch(kube).watch_once()
+    job.refresh_from_db()
+    assert job.state == "queued" and job.attempt == 2
+
+
+def test_an_evicted_pod_whose_executor_never_reports_is_lost_when_its_container_ends(
+    kube, owner, project
+):
+    job = running(launch(owner, project, max_retries=1))
+    ended = pod_json(job, phase="Running", deleting=True, conditions=[
+        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+         "message": "Eviction API: evicting", "lastTransitionTime": stamp()}],
+        state={"terminated": {"reason": "Error", "exitCode": 137}})
+    kube.script_watch("pods", event("MODIFIED", ended, 1051))
     pod_watch(kube).watch_once()
     job.refresh_from_db()
     assert job.state == "queued" and job.attempt == 2
     assert job.state_reason == (
         "attempt 1 lost (stopped by the cluster (EvictionByEvictionAPI: Eviction API: evicting)); "
         "retrying, 2 of 2")
-    # Its executor, SIGTERMed by the drain, reports "cancelled" afterwards: nothing changes.
-    record_worker_status(job, 0, {"event": "exited", "outcome": "cancelled",
-                                               "exit_code": 143, "reason": "cancelled: executor received SIGTERM"})
-    job.refresh_from_db()
-    assert job.state == "queued" and job.attempt == 2
 
 
 def test_node_pressure_eviction_of_an_exited_container_is_lost_not_failed(kube, owner, project):

@@ -147,9 +147,13 @@ def gantry(transactional_db, settings, real_node, live_server, tmp_path):
         cluster.client(),
         [d for d in platform_documents() if d["kind"] not in ("Deployment", "DaemonSet")],
     )
-    token = client.CoreV1Api(cluster.client()).create_namespaced_service_account_token(
-        "gantry", "gantry", {"spec": {"expirationSeconds": 86400}}
-    ).status.token
+    token = (
+        client.CoreV1Api(cluster.client())
+        .create_namespaced_service_account_token(
+            "gantry", "gantry", {"spec": {"expirationSeconds": 86400}}
+        )
+        .status.token
+    )
     kubeconfig = yaml.safe_dump(
         cluster.kubeconfig_dict(token, user="system:serviceaccount:gantry:gantry")
     )
@@ -241,9 +245,7 @@ def test_the_real_node_is_ready_beside_the_kwok_nodes_on_loopback(real_node):
     assert "localhost/gantry/pause:1" in node.ctr("images", "ls", "-q")
 
 
-def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(
-    gantry, real_node, owner
-):
+def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(gantry, real_node, owner):
     from jobs.models import Artifact, LogChunk
 
     _, _, registry, pushed = real_node
@@ -327,6 +329,28 @@ def test_a_pod_evicted_mid_run_ends_the_attempt_and_the_next_one_runs_to_the_end
     ]  # fmt: skip
     (pod,) = gantry.admin.pods(job)
     assert pod.metadata.labels["gantry.dev/attempt"] == "2" and pod.spec.node_name == NODE_NAME
+
+
+def test_an_image_the_registry_does_not_have_fails_the_job_with_the_pull_error(
+    gantry, real_node, owner, settings
+):
+    """The image is gone from the registry (deleted since, or a default image misnamed):
+    the real kubelet's pull fails, backs off, and the job ends failed saying so; its pod
+    is deleted rather than left backing off."""
+    _, _, registry, _ = real_node
+    project, ns = real_tenant(gantry, owner, registry, "nopull")
+    missing = f"{registry.host}/gantry/no-such-image:1"
+    settings.GANTRY_K8S_DEFAULT_IMAGE = missing
+    job = gantry.submit(owner, project, name="nopull", cpus=1, command="true")
+    try:
+        gantry.ended(job, timeout=WAIT, reconcile=job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+    assert job.state == "failed"
+    assert job.state_reason.startswith(f"the image {missing} cannot be pulled: "), job.state_reason
+    assert "not found" in job.state_reason, job.state_reason
+    assert "running" not in gantry.states(job)
+    gantry.pump(lambda: not gantry.admin.pods(job), "its pod deleted")
 
 
 def test_gantry_exec_runs_a_command_in_the_running_pod_through_the_exec_api(

@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import service_required
 from core.ports import free_port
+from tests.conftest import service_required
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYCLOAK_UP = ROOT / "platform" / "dev" / "keycloak-up"
@@ -37,7 +37,6 @@ CLIENT_ID = "gantry"
 KEYCLOAK_GROUP = pytest.mark.xdist_group("keycloak")
 ADMIN = ("admin", "admin")  # made with keycloak-up's template database; loopback only
 START_TIMEOUT = 600  # seconds; two busy cores start it in one to three minutes
-
 
 
 class Keycloak:

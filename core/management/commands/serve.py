@@ -126,7 +126,7 @@ class Command(BaseCommand):
         else:
             scheme = "http"
             uvicorn = [python, "-m", "uvicorn", "config.asgi:application", "--no-access-log"]
-            uvicorn += ["--lifespan", "off", "--host", host, "--port", str(port)]
+            uvicorn += ["--lifespan", "on", "--host", host, "--port", str(port)]
             uvicorn += ["--timeout-graceful-shutdown", str(GRACEFUL_SECONDS)]
             if web_workers > 1:
                 uvicorn += ["--workers", str(web_workers)]
@@ -172,7 +172,7 @@ class Command(BaseCommand):
         ])
         children["asgi"] = subprocess.Popen([
             python, "-m", "uvicorn", "config.asgi:application", "--uds", str(asgi),
-            "--no-access-log", "--lifespan", "off",
+            "--no-access-log", "--lifespan", "on",
             "--proxy-headers", "--forwarded-allow-ips", "*",
             "--timeout-graceful-shutdown", str(GRACEFUL_SECONDS),
         ])

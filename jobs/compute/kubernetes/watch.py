@@ -135,9 +135,15 @@ def assess_pod(
         )
     # Evicted (eviction API, node drain, node pressure) or preempted by the cluster: the
     # executor inside saw only a SIGTERM, so whatever it exits with, the worker is lost
-    # (retried while retries remain), not failed or cancelled.
+    # (retried while retries remain), not failed or cancelled. Not while its container
+    # still runs out its grace period: the executor stops the command and uploads its
+    # last checkpoint and outputs then, which an attempt already ended would refuse
+    # (its own report, "cancelled" with no one having asked, is taken as lost too).
     stopped = disrupted(pod)
     if stopped:
+        ending = status is not None and status.phase in ("Failed", "Succeeded")
+        if state and state.running and not ending:
+            return PodVerdict("terminating", f"{stopped}; its executor is saving its work")
         return PodVerdict("lost", stopped)
     if state and state.terminated:
         t = state.terminated
@@ -365,7 +371,11 @@ def _no_pods(status) -> bool:
     uncounted = status.uncounted_terminated_pods
     counting = uncounted is not None and (uncounted.succeeded or uncounted.failed)
     return not (
-        status.active or status.ready or status.succeeded or status.failed or counting
+        status.active
+        or status.ready
+        or status.succeeded
+        or status.failed
+        or counting
         or getattr(status, "terminating", None)
     )
 
