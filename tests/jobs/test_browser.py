@@ -48,7 +48,7 @@ def _database_url() -> str:
 
 
 @contextlib.contextmanager
-def serving_asgi(tmp_path):
+def serving_asgi(tmp_path, **extra_env: str):
     """uvicorn serving config.asgi over the test database, as production runs it
     (platform/k8s/asgi.yaml); yields (base URL, its process), stopped afterwards."""
     port = free_port()
@@ -60,6 +60,7 @@ def serving_asgi(tmp_path):
         "GANTRY_DATA_DIR": str(tmp_path / "data"),
         "SECRET_KEY": settings.SECRET_KEY,  # the test's session cookie must be valid there
         "LOG_LEVEL": "WARNING",
+        **extra_env,
     }
     log_path = tmp_path / "uvicorn.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed below

@@ -16,6 +16,7 @@ tools these tests skip, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -287,6 +288,56 @@ def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(gantry
     assert probe["Seccomp"] == "2"  # filtered: RuntimeDefault
     assert probe["NoNewPrivs"] == "1"
     assert probe["token"] is False
+
+
+def test_a_pods_log_lines_and_metrics_reach_the_job_pages_websocket_live(
+    gantry, real_node, owner, settings, tmp_path
+):
+    """The path a person watching the job page sees: the executor in the pod posts its
+    lines and metrics to Gantry's ASGI server (uvicorn, as deployed), whose websocket
+    sends them on to a client connected before the job started, as they come."""
+    from websockets.sync.client import connect
+
+    from accounts import services as account_services
+    from tests.jobs.test_browser import serving_asgi
+
+    _, _, registry, _ = real_node
+    project, ns = real_tenant(gantry, owner, registry, "live")
+    _, key = account_services.create_api_token(actor=owner, name="watch", scope="read")
+    script = (
+        "import time\nfrom executor import log_metric\n"
+        "for i in range(6):\n"
+        "    print(f'tick {i}', flush=True)\n    log_metric('loss', 1 / (i + 1), step=i)\n"
+        "    time.sleep(0.5)\n"
+    )
+    with serving_asgi(tmp_path, GANTRY_JOB_BACKEND="kubernetes") as (url, _):
+        settings.GANTRY_URL = settings.GANTRY_K8S_API_URL = url  # the pods' Gantry
+        job = gantry.submit(
+            owner, project, name="live", cpus=1, command=f"python -c {shlex.quote(script)}"
+        )
+        live_lines, points, states = [], [], []
+        socket_url = url.replace("http://", "ws://") + f"/ws/jobs/{job.pk}/?after=0"
+        headers = {"Authorization": f"Bearer {key}"}
+        try:
+            with connect(socket_url, origin=url, additional_headers=headers, proxy=None) as ws:
+                deadline = time.monotonic() + WAIT
+                while "succeeded" not in states:
+                    assert time.monotonic() < deadline, (states, live_lines)
+                    message = json.loads(ws.recv(timeout=WAIT))
+                    if message["type"] == "lines" and message.get("live"):
+                        live_lines += [line["text"] for line in message["lines"]]
+                    elif message["type"] == "metrics":
+                        points += message["points"]
+                    elif message["type"] == "status":
+                        states.append(message["state"])
+        except (AssertionError, TimeoutError) as exc:
+            raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+    # Each line came live, while the command ran, not in a backfill after it ended.
+    assert [t for t in live_lines if t.startswith("tick")] == [f"tick {i}" for i in range(6)]
+    assert [(p["step"], p["value"]) for p in points if p["name"] == "loss"] == [
+        (i, 1 / (i + 1)) for i in range(6)
+    ]
+    assert "running" in states and states[-1] == "succeeded"
 
 
 def test_a_pod_evicted_mid_run_ends_the_attempt_and_the_next_one_runs_to_the_end(
