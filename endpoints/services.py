@@ -229,9 +229,10 @@ def delete_endpoint(actor, endpoint: Endpoint) -> None:
     from endpoints import rollout
 
     require(actor, "endpoint.manage", endpoint)
-    audit.record(actor, "endpoint.delete", endpoint)
     pk = endpoint.pk
-    endpoint.delete()
+    with transaction.atomic():
+        audit.record(actor, "endpoint.delete", endpoint)
+        Endpoint.objects.filter(pk=pk).delete_locked()
     admissions.forget(pk)
     rollout.stop_replicas(pk)
 

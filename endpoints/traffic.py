@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from datetime import timedelta
 
-from django.db import close_old_connections, transaction
+from django.db import IntegrityError, close_old_connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -106,25 +106,40 @@ def flush() -> int:
             total[0] += 1
             total[1] += row.status >= 400
             total[2] += row.latency_ms
-    existing = set(
-        Endpoint.objects.filter(pk__in={r.endpoint_id for r in rows}).values_list("pk", flat=True)
-    )
-    with transaction.atomic():
-        EndpointRequest.objects.bulk_create([r for r in rows if r.endpoint_id in existing])
-        for (endpoint_pk, number), (count, errors, latency) in totals.items():
-            if endpoint_pk not in existing:
-                continue
-            stats, _ = EndpointVersionStats.objects.get_or_create(
-                endpoint_id=endpoint_pk, version_number=number
-            )
-            EndpointVersionStats.objects.filter(pk=stats.pk).update(
-                requests=F("requests") + count,
-                errors=F("errors") + errors,
-                latency_ms_total=F("latency_ms_total") + latency,
-            )
-        for endpoint_pk in existing:
-            _trim(endpoint_pk)
+    wanted = {r.endpoint_id for r in rows}
+    try:
+        _write(rows, totals, wanted)
+    except IntegrityError:
+        # An endpoint deleted meanwhile where rows cannot be locked (SQLite): its rows
+        # failed the foreign key; once more, without it.
+        for row in rows:
+            row.pk = None
+        _write(rows, totals, wanted)
     return len(rows)
+
+
+@transaction.atomic
+def _write(rows, totals, wanted: set[int]) -> None:
+    # The endpoints locked first (PostgreSQL): a delete that locked one first is waited
+    # for here, and its endpoint left out; one that comes after waits for this commit and
+    # takes these rows with it (EndpointQuerySet.delete_locked).
+    existing = set(
+        Endpoint.objects.select_for_update().filter(pk__in=wanted).values_list("pk", flat=True)
+    )
+    EndpointRequest.objects.bulk_create([r for r in rows if r.endpoint_id in existing])
+    for (endpoint_pk, number), (count, errors, latency) in totals.items():
+        if endpoint_pk not in existing:
+            continue
+        stats, _ = EndpointVersionStats.objects.get_or_create(
+            endpoint_id=endpoint_pk, version_number=number
+        )
+        EndpointVersionStats.objects.filter(pk=stats.pk).update(
+            requests=F("requests") + count,
+            errors=F("errors") + errors,
+            latency_ms_total=F("latency_ms_total") + latency,
+        )
+    for endpoint_pk in existing:
+        _trim(endpoint_pk)
 
 
 def _trim(endpoint_pk: int) -> None:

@@ -126,7 +126,7 @@ def test_a_token_revoked_in_this_process_stops_working_at_once(clock, endpoint, 
 def test_a_deleted_endpoint_stops_answering_within_the_bound(clock, endpoint, owner):
     api_secret = account_services.create_api_token(actor=owner, name="t", scope="write")[1]
     assert admitted(call(endpoint, api_secret))
-    Endpoint.objects.filter(pk=endpoint.pk).delete()  # by another process
+    Endpoint.objects.filter(pk=endpoint.pk).delete_locked()  # by another process
     clock.now += admissions.TTL
     assert call(endpoint, api_secret).json()["error"] == "No such endpoint."
 
