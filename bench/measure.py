@@ -1,13 +1,15 @@
-"""What the benchmarks share: a free loopback port and percentiles (linear interpolation,
-as numpy's default). Imported by the scripts beside it (`python bench/<script>.py`)."""
+"""What the benchmarks share: a free loopback port (core.ports, as the tests and the local
+backend draw it) and percentiles (linear interpolation, as numpy's default). Imported by
+the scripts beside it (`python bench/<script>.py`)."""
 
-import socket
+import os
+import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.append(ROOT)  # core.ports: the standard library only, no Django
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from core.ports import free_port  # noqa: E402, F401 (the scripts import it from here)
 
 
 def percentile(values: list[float], p: float) -> float:
