@@ -65,6 +65,7 @@ def delete_tenant(*, actor, tenant: Tenant) -> None:
     """Delete a tenant and everything in it, in one transaction."""
     require(actor, "tenant.delete", tenant)
     audit.record(actor, "tenant.delete", tenant, tenant=None, name=tenant.name)
+    registry.before_cascade(Tenant.objects.filter(pk=tenant.pk))
     tenant.delete()
 
 

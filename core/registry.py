@@ -285,6 +285,22 @@ def service_holdings(tenant_ids=None) -> dict:
     return {}
 
 
+# --- projects, accounts and modelhub ask endpoints: deletes that cascade to endpoints ---------
+
+
+@extension_point(provided_by="endpoints (endpoints.services.lock_before_cascade)", many=True)
+def before_cascade(deleting) -> None:
+    """Called inside the transaction that deletes `deleting` (a queryset of tenants,
+    projects or registered models), before the delete collects what goes with it: the
+    provider locks its rows under them that a background writer adds to meanwhile
+    (endpoints: each endpoint's row, under which the gateway's traffic flush writes the
+    request log), so that writer waits for the commit and leaves them out instead of
+    failing the delete's foreign keys; what else must go when the delete commits (the
+    endpoints' replicas) the provider does then. Called by projects.services.delete_project,
+    accounts.services.delete_tenant and modelhub.services.delete_model. Many providers;
+    with none, nothing is locked."""
+
+
 # --- jobs asks cluster ----------------------------------------------------------------------
 
 

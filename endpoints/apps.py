@@ -14,3 +14,5 @@ class EndpointsConfig(AppConfig):
 
         registry.serving_replicas.register(services.serving_replicas)
         registry.service_holdings.register(services.tenant_serving_holdings)
+        # Deleting a project, tenant or model cascades to its endpoints: locked first.
+        registry.before_cascade.register(services.lock_before_cascade)

@@ -27,14 +27,22 @@ class EndpointQuerySet(models.QuerySet):
     def visible_to(self, user):
         return in_visible_projects(self, user)
 
+    def lock_for_delete(self) -> list[int]:
+        """Lock these endpoints' rows (PostgreSQL) until the caller's transaction ends,
+        before a delete that takes them collects what goes with them; their ids. The
+        gateway's traffic flush (endpoints.traffic) and the replicas' usage records
+        (endpoints.usage) write rows under an endpoint meanwhile, after locking it: locked
+        here first, a flush under way finishes before the delete collects its rows, and a
+        later one waits and leaves the endpoint out. Unlocked, a row written between the
+        delete's cascade and its commit fails the commit on the foreign key. Every delete
+        that reaches endpoints takes this lock: their own (`delete_locked`) and their
+        project's, tenant's or model's (core.registry.before_cascade)."""
+        return list(self.select_for_update().values_list("pk", flat=True))
+
     def delete_locked(self):
-        """Delete these endpoints with their rows locked first (PostgreSQL). The gateway's
-        traffic flush (endpoints.traffic) writes their requests' log meanwhile: locked, a
-        flush under way finishes before the delete collects that log, and a later one
-        waits and leaves them out. Unlocked, a row written between the delete's cascade and
-        its commit fails the commit on the foreign key."""
+        """Delete these endpoints with their rows locked first (`lock_for_delete`)."""
         with transaction.atomic(using=self.db):
-            list(self.select_for_update().values_list("pk", flat=True))
+            self.lock_for_delete()
             return self.delete()
 
 

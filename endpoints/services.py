@@ -18,11 +18,13 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from accounts.models import Tenant
 from core import audit, registry
 from endpoints import admissions
 from endpoints.models import Endpoint, EndpointToken
 from jobs.services.holdings import holdings_by_tenant
 from modelhub.models import Alias, ModelVersion, RegisteredModel
+from projects.models import Project
 from projects.permissions import require
 
 FIELDS = ("alias", "version", "canary_alias", "canary_percent", "replicas", "cpus")
@@ -235,6 +237,27 @@ def delete_endpoint(actor, endpoint: Endpoint) -> None:
         Endpoint.objects.filter(pk=pk).delete_locked()
     admissions.forget(pk)
     rollout.stop_replicas(pk)
+
+
+def lock_before_cascade(deleting) -> None:
+    """core.registry.before_cascade: the endpoints under the tenants, projects or models
+    `deleting` locked as their own delete locks them (`lock_for_delete`), before that
+    delete's cascade takes them; their replicas stopped once it commits."""
+    from endpoints import rollout
+
+    under = {Tenant: "project__tenant__in", Project: "project__in", RegisteredModel: "model__in"}
+    path = under.get(deleting.model)
+    if path is None:
+        return
+    pks = Endpoint.objects.filter(**{path: deleting}).lock_for_delete()
+
+    def stop() -> None:
+        for pk in pks:
+            admissions.forget(pk)
+            rollout.stop_replicas(pk)
+
+    if pks:
+        transaction.on_commit(stop, using=deleting.db)
 
 
 def create_endpoint_token(actor, endpoint: Endpoint, name: str) -> tuple[EndpointToken, str]:

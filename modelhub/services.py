@@ -22,7 +22,7 @@ from django.db.models import Max, OuterRef, Subquery
 from django.urls import reverse
 from django.utils import timezone
 
-from core import audit
+from core import audit, registry
 from core.names import check_segments, normal_name
 from modelhub.formats import UnknownFormat, detect_format
 from modelhub.models import Alias, AliasMove, ModelFile, ModelVersion, RegisteredModel
@@ -126,6 +126,7 @@ def delete_model(actor, model: RegisteredModel) -> None:
     names = list(ModelFile.objects.filter(version__model=model).values_list("file", flat=True))
     with transaction.atomic():
         audit.record(actor, "model.delete", model, versions=model.versions.count())
+        registry.before_cascade(RegisteredModel.objects.filter(pk=model.pk))
         model.delete()
     transaction.on_commit(lambda: _delete_stored(names))
 

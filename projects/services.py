@@ -5,7 +5,7 @@ from django.db import transaction
 
 from accounts.members import MemberService
 from accounts.models import Membership
-from core import audit
+from core import audit, registry
 from projects.models import Project, ProjectMember, ProjectRole
 from projects.permissions import require
 
@@ -61,6 +61,7 @@ def delete_project(*, actor, project: Project) -> None:
     """Delete a project and everything in it, in one transaction."""
     require(actor, "project.delete", project)
     audit.record(actor, "project.delete", project, name=project.name)
+    registry.before_cascade(Project.objects.filter(pk=project.pk))
     project.delete()
 
 

@@ -3,10 +3,8 @@ part of the tenant's holdings (admission, the cluster and home pages), and creat
 scaling an endpoint past the quota is refused with a message, changing nothing.
 
 No model server runs here: a replica is a real process (`sleep`) with the pid file the
-local backend's replicas have, which is how every Gantry process finds them."""
-
-import json
-import subprocess
+local backend's replicas have, which is how every Gantry process finds them
+(`start_replicas`, tests/endpoints/conftest.py)."""
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -15,7 +13,6 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from endpoints import local, rollout, services
 from endpoints.models import Endpoint
 from jobs.compute import reset_backends
-from jobs.compute.local import process_start_time
 from jobs.models import Job
 from jobs.services.holdings import holdings_by_tenant
 from jobs.services.submit import submit_job
@@ -49,28 +46,6 @@ def version(owner, project):
     version = hub_services.upload_version(owner, model, files)
     hub_services.set_alias(owner, model, "champion", version)
     return version
-
-
-@pytest.fixture
-def start_replicas():
-    """start(endpoint, n): n of the endpoint's replicas running (as the gateway would
-    have started them); all stopped afterwards."""
-    processes = []
-
-    def start(endpoint, n):
-        for index in range(n):
-            replica = local.Replica(endpoint.pk, endpoint.model.versions.first().pk, index)
-            process = subprocess.Popen(["sleep", "300"])
-            processes.append(process)
-            replica.run_dir.mkdir(parents=True)
-            replica.pid_file.write_text(
-                json.dumps({"pid": process.pid, "start": process_start_time(process.pid)})
-            )
-
-    yield start
-    for process in processes:
-        process.kill()
-        process.wait()
 
 
 def endpoint_of(owner, project, version, **fields):
