@@ -17,6 +17,7 @@ CPU time of each pass is reported beside it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -31,6 +32,7 @@ if ROOT not in sys.path:
 from scheduling import (  # noqa: E402 - path set up above, no Django needed
     JobRequest,
     Node,
+    QueueCache,
     Quota,
     RunningJob,
     Snapshot,
@@ -92,6 +94,26 @@ def trace_shaped_snapshot(seed: int = 1, running_n: int = 4_000, pending_n: int 
                     entitled_history={t: rng.uniform(0, 1e7) for t in tenants})
 
 
+def next_state(rng: random.Random, snap: Snapshot, k: int) -> Snapshot:
+    """``snap`` a pass later: 1% of the queue gone and as many new jobs (copies of queued
+    ones submitted just now), 1% of the running jobs replaced by others of the same shape
+    on the same nodes. The other requests are the same objects (as the simulator and live
+    admission keep them)."""
+    pending = list(snap.pending)
+    for i in range(max(len(pending) // 100, 1)):
+        src = pending[rng.randrange(len(pending))]
+        pending[rng.randrange(len(pending))] = dataclasses.replace(
+            src, id=f"new{k}-{i}", submit_time=200.0 - rng.uniform(0, 60))
+    running = list(snap.running)
+    for i in range(len(running) // 100):
+        at = rng.randrange(len(running))
+        rj = running[at]
+        running[at] = RunningJob(dataclasses.replace(rj.request, id=f"run{k}-{i}"),
+                                 rj.placement, 200.0 - rng.uniform(0, 60), rj.borrowed)
+    return Snapshot(snap.nodes, snap.quotas, running, pending, snap.usage_history,
+                    snap.entitled_history)
+
+
 def entitlement_benchmark(repeats: int, seed: int = 1, finished_n: int = 20_000) -> dict:
     """What live admission adds to a pass for fair share (``entitled_history``; the query
     aside): the trace-shaped case's 4,000 running and 10,000 queued jobs wanting GPUs until
@@ -122,9 +144,12 @@ def timings(times: list[float], cpu: list[float]) -> dict:
             "cpu_p99_ms": round(percentile(cpu, 99), 2)}
 
 
-def micro_benchmark(repeats: int, seed: int = 1, baseline=None) -> dict:
-    """One pass per case, ``repeats`` times; with ``baseline`` (another ``schedule``) that one
-    too, on the same states in the same run, alternating which goes first."""
+def micro_benchmark(repeats: int, seed: int = 1, baseline=None, cached: bool = True) -> dict:
+    """``repeats`` passes per case, each on the state a pass after the one before
+    (``next_state``): the current pass with its ``QueueCache`` carried from pass to pass
+    (``cached``) and without it, and with ``baseline`` (another ``schedule``) that one too,
+    on the same states in the same run, rotating which goes first; every side must decide
+    each state alike."""
     rng = random.Random(seed)
     nodes = [Node(f"n{i:04d}", 8, 64, 512_000) for i in range(1000)]
     tenants = [f"lab-{i:02d}" for i in range(20)]
@@ -149,39 +174,60 @@ def micro_benchmark(repeats: int, seed: int = 1, baseline=None) -> dict:
                                        history),
         "trace_shaped": trace_shaped_snapshot(seed),
     }
-    sides = {"current": schedule}
+    # current: with its cache from pass to pass (``cached``); current_uncached: without.
+    sides = {"current": None, "current_uncached": schedule} if cached else {
+        "current": schedule}
     if baseline is not None:
         sides["baseline"] = baseline
-    for name, snap in scenarios.items():
+    for name, first in scenarios.items():
+        # The states passes see one after another: between two, 1% of the queue leaves and
+        # as many jobs arrive, and 1% of the running jobs end and others start in their
+        # place (the shape of each case stays as it is).
+        states = [first]
+        churn = random.Random(f"churn-{name}")
+        for k in range(1, repeats):
+            states.append(next_state(churn, states[-1], k))
+        cache = QueueCache()
+        if cached:
+            schedule(first, 200.0, None, cache)  # (the pass before the first timed one)
         times: dict[str, list[float]] = {side: [] for side in sides}
         # CPU time of the pass: on a shared machine wall time measures the others too.
         cpu: dict[str, list[float]] = {side: [] for side in sides}
-        decisions = {}
         order = list(sides)
-        for k in range(repeats):
-            for side in (order if k % 2 == 0 else order[::-1]):
+        for k, snap in enumerate(states):
+            decisions = {}
+            for side in order[k % len(order):] + order[:k % len(order)]:
                 gc.collect()  # GC stays enabled during the call; only leftovers are cleared
                 t0, c0 = time.perf_counter(), time.process_time()
-                decisions[side] = sides[side](snap, 200.0)
+                if side == "current" and cached:
+                    decisions[side] = schedule(snap, 200.0, None, cache)
+                else:
+                    decisions[side] = sides[side](snap, 200.0)
                 times[side].append((time.perf_counter() - t0) * 1000)
                 cpu[side].append((time.process_time() - c0) * 1000)
+            plain = {side: plain_decision(d) for side, d in decisions.items()}
+            if any(p != plain["current"] for p in plain.values()):
+                raise SystemExit(f"{name}, pass {k}: the sides decide differently")
         dec = decisions["current"]
         out[name] = {
-            "nodes": len(nodes),
-            "pending": len(pending),
-            "running": len(snap.running),
+            "nodes": len(first.nodes),
+            "pending": len(first.pending),
+            "running": len(first.running),
             "repeats": repeats,
             **timings(times["current"], cpu["current"]),
             "load_average_1m": round(os.getloadavg()[0], 1),
             "admitted": len(dec.admit),
             "preempted": len(dec.preempt),
         }
+        if cached:
+            out[name]["uncached"] = timings(times["current_uncached"], cpu["current_uncached"])
         if baseline is not None:
-            if plain_decision(decisions["baseline"]) != plain_decision(dec):
-                raise SystemExit(f"{name}: the current pass decides differently from the baseline")
             before = out[name]["baseline"] = timings(times["baseline"], cpu["baseline"])
             out[name]["current_over_baseline"] = {
                 k: round(out[name][k] / before[k], 3) for k in TIMED}
+            if cached:
+                out[name]["uncached_over_baseline"] = {
+                    k: round(out[name]["uncached"][k] / before[k], 3) for k in TIMED}
     return out
 
 
@@ -195,6 +241,10 @@ def print_micro(results: dict) -> None:
               f"(CPU p50 {m['cpu_p50_ms']} ms, p99 {m['cpu_p99_ms']} ms; "
               f"load {m['load_average_1m']}) "
               f"({m['pending']} pending, {m['nodes']} nodes, {m['running']} running)")
+        if "uncached" in m:
+            u = m["uncached"]
+            print(f"  without the cache: p50 {u['p50_ms']} ms, p99 {u['p99_ms']} ms (CPU p50 "
+                  f"{u['cpu_p50_ms']} ms, p99 {u['cpu_p99_ms']} ms)")
         if "baseline" in m:
             b, r = m["baseline"], m["current_over_baseline"]
             print(f"  baseline: p50 {b['p50_ms']} ms, p99 {b['p99_ms']} ms (CPU p50 "

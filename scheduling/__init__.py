@@ -17,7 +17,7 @@ from .policy.data import (
     WaitReason,
 )
 from .policy.messages import human_duration
-from .policy.schedule_pass import schedule, schedule_fifo
+from .policy.schedule_pass import QueueCache, schedule, schedule_fifo
 from .sim_metrics import check_state, jain_index, percentile, water_fill
 from .simulator import SimulationError, run_simulation
 from .traces import (
@@ -36,6 +36,7 @@ __all__ = [
     "JobRequest",
     "Node",
     "PolicyConfig",
+    "QueueCache",
     "Quota",
     "Reservation",
     "RunningJob",

@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 
 from .policy.data import Decision, JobRequest, Node, PolicyConfig, Quota, RunningJob, Snapshot
 from .policy.entitlement import entitled_now
-from .policy.schedule_pass import schedule, schedule_fifo
+from .policy.schedule_pass import QueueCache, schedule, schedule_fifo
 from .sim_metrics import (
     check_state,
     jain_index,
@@ -162,7 +162,8 @@ def _resolve_policy(policy: str | PolicyFn, config: PolicyConfig | None, jobs) -
     if callable(policy):
         return policy
     if policy == "gantry":
-        return lambda snap, now: schedule(snap, now, config)
+        cache = QueueCache()  # one per simulation: its passes follow one another
+        return lambda snap, now: schedule(snap, now, config, cache)
     if policy == "fifo":
         return schedule_fifo
     if policy == "easy":

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import bisect
+import collections
 import heapq
 import itertools
 import math
-from operator import itemgetter
+import operator
+from operator import attrgetter, itemgetter
 
 from .data import INF, JobRequest, PolicyConfig, Snapshot
 from .entitlement import entitled_now
@@ -16,6 +19,8 @@ _MIN_SHARE = 0.05
 # Jobs in a row without an admission before the merge orders the rest at once (at least;
 # Ranker._merged).
 _AT_ONCE_AFTER = 256
+_ID = attrgetter("id")
+_TENANT = attrgetter("tenant")
 
 
 def _sort_queue(queue: list) -> None:
@@ -29,6 +34,189 @@ def _sort_queue(queue: list) -> None:
         queue.sort(key=itemgetter(0))
     else:
         queue.sort()
+
+
+def _entry(r: JobRequest, params: tuple, typical: float, attained) -> tuple:
+    """A pending job's place in its tenant's queue: (-priority (x levels + its level of
+    attained service), virtual submit time, submit time, id, the request)."""
+    per_s, single, cap, thresholds = params
+    est = r.estimated_duration
+    g = r.workers * r.gpus_per_worker
+    v = submit = r.submit_time
+    if g:  # a CPU-only job holds no GPUs: it keeps its submit time
+        shift = per_s * (typical if est is None else est) * (g * g + single)
+        v += shift if shift < cap else cap
+    negp = -r.priority
+    if thresholds:
+        negp *= len(thresholds) + 1
+        got = attained.get(r.id)
+        if got:
+            negp += sum(1 for th in thresholds if got >= th)
+    return (negp, v, submit, r.id, r)
+
+
+def _typical(pend) -> float:
+    """What a job without an estimate counts as: the median estimate of those that have one
+    (neither ahead of nor behind a typical job for leaving its timeout unset)."""
+    if all(r.estimated_duration is not None for r in pend):
+        return 0.0  # (unused)
+    known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
+    return known[(len(known) - 1) // 2] if known else 0.0
+
+
+def _ranked_queues(pend, params: tuple, attained) -> tuple[dict[str, list], dict[str, int]]:
+    """Each tenant's queue in rank order (``_entry``), and the GPUs its pending jobs want."""
+    typical = _typical(pend)
+    per_s, single, cap, thresholds = params
+    levels = len(thresholds) + 1
+    queues: dict[str, list] = {}
+    wanted: dict[str, int] = {}
+    for r in pend:  # the one loop over up to 10,000 jobs here: _entry inline, kept flat
+        est = r.estimated_duration
+        g = r.workers * r.gpus_per_worker
+        v = submit = r.submit_time
+        if g:
+            shift = per_s * (typical if est is None else est) * (g * g + single)
+            v += shift if shift < cap else cap
+        negp = -r.priority
+        if thresholds:
+            negp *= levels
+            got = attained.get(r.id)
+            if got:
+                negp += sum(1 for th in thresholds if got >= th)
+        t = r.tenant
+        queue = queues.get(t)
+        if queue is None:
+            queue = queues[t] = []
+        queue.append((negp, v, submit, r.id, r))
+        wanted[t] = wanted.get(t, 0) + g
+    for queue in queues.values():
+        _sort_queue(queue)
+    return queues, wanted
+
+
+class QueueCache:
+    """The tenants' ranked queues kept from one pass to the next (``schedule(..., cache=)``),
+    so that a pass ranks only the jobs that are new or changed since the pass before: a job
+    is unchanged while the snapshot holds the same ``JobRequest`` object for its id (the
+    simulator keeps them; live admission keeps them while a job's row is unchanged). Jobs
+    without an estimate are ranked again when the median estimate moves, a job whose
+    attained service crosses a level when it does, and everything when the cluster's GPUs
+    or the ranking's settings change. The queues are then exactly those ``_ranked_queues``
+    builds (tests/scheduling/test_pass_equivalence.py)."""
+
+    __slots__ = ("params", "requests", "entries", "queues", "wanted", "estimates",
+                 "no_estimate", "typical", "levels", "shape_of", "shapes")
+
+    def __init__(self) -> None:
+        self.params: tuple | None = None
+        # For SchedulePass.run: each job's shape as a number, and the shapes numbered.
+        self.shape_of: dict[str, int] = {}
+        self.shapes: dict[tuple, int] = {}
+
+    def update(self, pend, params: tuple, attained) -> tuple[dict[str, list], dict[str, int]]:
+        """The queues and pending GPUs for ``pend``, as ``_ranked_queues`` gives them."""
+        requests = dict(zip(map(_ID, pend), pend, strict=True))
+        if len(requests) != len(pend):  # two jobs with one id: nothing to keep
+            self.params = None
+            self.shape_of.clear()
+            return _ranked_queues(pend, params, attained)
+        if params != self.params:
+            return self._rebuild(requests, params, attained)
+        before = self.requests
+        ids = list(requests)
+        # New ids, and ids whose request is another object: ranked again.
+        again = set(itertools.compress(ids, map(operator.is_not, map(before.get, ids),
+                                                requests.values())))
+        thresholds = params[3]
+        if thresholds:  # a job whose attained service is at another level now
+            levels = self.levels
+            maybe = attained.keys() & requests.keys()
+            maybe.update(levels.keys() & requests.keys())
+            for job_id in maybe:
+                got = attained.get(job_id)
+                level = sum(1 for th in thresholds if got >= th) if got else 0
+                if level != levels.get(job_id, 0):
+                    again.add(job_id)
+        gone = before.keys() - requests.keys()
+        if not again and not gone:
+            return self._view()
+        shape_of = self.shape_of
+        for job_id in gone | (again & before.keys()):
+            self._remove(job_id)
+            shape_of.pop(job_id, None)
+        for job_id in again:
+            self._note(requests[job_id])
+        typical = self._median()
+        if typical != self.typical and self.no_estimate:
+            for job_id in self.no_estimate - again:
+                self._remove(job_id, keep_estimate=True)
+                again.add(job_id)
+        self.typical = typical
+        self.requests = requests
+        for job_id in again:
+            r = requests[job_id]
+            entry = self.entries[job_id] = _entry(r, params, typical, attained)
+            if thresholds and entry[0] != -r.priority * (len(thresholds) + 1):
+                self.levels[job_id] = entry[0] + r.priority * (len(thresholds) + 1)
+            queue = self.queues.get(r.tenant)
+            if queue is None:
+                self.queues[r.tenant] = [entry]
+            else:
+                bisect.insort(queue, entry)
+        return self._view()
+
+    def _rebuild(self, requests: dict, params: tuple, attained):
+        pend = list(requests.values())
+        self.shape_of.clear()
+        self.shapes.clear()
+        queues, wanted = _ranked_queues(pend, params, attained)
+        self.params, self.requests, self.queues, self.wanted = params, requests, queues, wanted
+        self.entries = {x[3]: x for queue in queues.values() for x in queue}
+        self.estimates = sorted(r.estimated_duration for r in pend
+                                if r.estimated_duration is not None)
+        self.no_estimate = {r.id for r in pend if r.estimated_duration is None}
+        self.typical = self._median()
+        levels = len(params[3]) + 1
+        self.levels = {job_id: x[0] + x[4].priority * levels
+                       for job_id, x in self.entries.items()
+                       if x[0] != -x[4].priority * levels}
+        if len(requests) != len(pend):  # two jobs with one id: nothing to keep
+            self.params = None
+            self.shape_of.clear()
+        return queues, wanted
+
+    def _view(self):
+        return {t: q for t, q in self.queues.items() if q}, self.wanted
+
+    def _median(self) -> float:
+        known = self.estimates
+        return known[(len(known) - 1) // 2] if self.no_estimate and known else 0.0
+
+    def _note(self, r: JobRequest) -> None:
+        """Count a job's GPUs and estimate in (``_remove`` counts them out)."""
+        self.wanted[r.tenant] = self.wanted.get(r.tenant, 0) + r.workers * r.gpus_per_worker
+        if r.estimated_duration is None:
+            self.no_estimate.add(r.id)
+        else:
+            bisect.insort(self.estimates, r.estimated_duration)
+
+    def _remove(self, job_id: str, keep_estimate: bool = False) -> None:
+        entry = self.entries.pop(job_id)
+        r = entry[4]
+        queue = self.queues[r.tenant]
+        i = bisect.bisect_left(queue, entry)
+        assert queue[i] is entry
+        del queue[i]
+        self.levels.pop(job_id, None)
+        if keep_estimate:
+            return
+        self.wanted[r.tenant] -= r.workers * r.gpus_per_worker
+        if r.estimated_duration is None:
+            self.no_estimate.discard(job_id)
+        else:
+            known = self.estimates
+            del known[bisect.bisect_left(known, r.estimated_duration)]
 
 
 class Ranker:
@@ -71,57 +259,36 @@ class Ranker:
     # + level, so the queue tuples keep their shape.)
 
     def __init__(
-        self, snapshot: Snapshot, common: PassState, cfg: PolicyConfig, now: float
+        self, snapshot: Snapshot, common: PassState, cfg: PolicyConfig, now: float,
+        queue_cache: QueueCache | None = None,
     ) -> None:
         self.cfg = cfg
         self.cl = common.cl
         self.head_found = lambda: False
         self.now = now
-        pend = list(snapshot.pending)
+        pend = snapshot.pending
         self.plain = not cfg.fair_share
         if self.plain:
-            pend.sort(key=lambda r: (-r.priority, r.submit_time, r.id))
+            pend = sorted(pend, key=lambda r: (-r.priority, r.submit_time, r.id))
             self.queues = {"": pend}
             self.pos = {"": 0}
             self.heap = []
             return
-        # A job without an estimate counts as the median estimate of those that have one:
-        # neither ahead of nor behind a typical job for leaving its timeout unset.
-        typical = 0.0
-        if any(r.estimated_duration is None for r in pend):
-            known = sorted(r.estimated_duration for r in pend if r.estimated_duration is not None)
-            typical = known[(len(known) - 1) // 2] if known else 0.0
-        queues: dict[str, list] = {}
-        per_s = cfg.size_weight / max(sum(common.cl.cap_g), 1)
-        single, cap = cfg.size_single_gpu - 1, cfg.size_shift_cap_s
-        # Levels only where some job has attained service (none: every level is 0).
-        thresholds = (cfg.las_thresholds_gpu_s
-                      if cfg.guarantees_before_rank and snapshot.attained else ())
-        levels = len(thresholds) + 1
-        attained = snapshot.attained
-        # What each tenant wants now (running + pending GPUs), for its share below.
-        demand = dict(common.used_g)
-        for r in pend:  # the one loop over up to 10,000 jobs here: kept flat
-            est = r.estimated_duration
-            g = r.workers * r.gpus_per_worker
-            v = submit = r.submit_time
-            if g:  # a CPU-only job holds no GPUs: it keeps its submit time
-                shift = per_s * (typical if est is None else est) * (g * g + single)
-                v += shift if shift < cap else cap
-            negp = -r.priority
-            if thresholds:
-                negp *= levels
-                got = attained.get(r.id)
-                if got:
-                    negp += sum(1 for th in thresholds if got >= th)
-            t = r.tenant
-            queue = queues.get(t)
-            if queue is None:
-                queue = queues[t] = []
-            queue.append((negp, v, submit, r.id, r))
-            demand[t] = demand.get(t, 0) + g
-        for queue in queues.values():
-            _sort_queue(queue)
+        # Each tenant's queue in rank order, and the GPUs its pending jobs want.
+        params = (cfg.size_weight / max(sum(common.cl.cap_g), 1), cfg.size_single_gpu - 1,
+                  cfg.size_shift_cap_s,
+                  # Levels only where some job has attained service (none: every level is 0).
+                  cfg.las_thresholds_gpu_s
+                  if cfg.guarantees_before_rank and snapshot.attained else ())
+        if queue_cache is None:
+            queues, wanted = _ranked_queues(pend, params, snapshot.attained)
+        else:
+            queues, wanted = queue_cache.update(pend, params, snapshot.attained)
+        # What each tenant wants now (running + pending GPUs), for its share below (in
+        # one order whatever the queues' order, for the same sums).
+        used = common.used_g
+        demand = {t: used.get(t, 0) + wanted.get(t, 0)
+                  for t in sorted(used.keys() | wanted.keys())}
         hist, ent = snapshot.usage_history, snapshot.entitled_history
         window = max(cfg.usage_window_s, 1e-9)
         now_share = entitled_now(sum(common.cl.cap_g), demand, common.quotas)
@@ -158,9 +325,14 @@ class Ranker:
 
     def __iter__(self):
         if self.plain:
-            yield from self.queues[""]
-            return
+            return iter(self.queues[""])
         done: set[str] = set()
+        # (chain, not a generator around both: one frame less for each of 10,000 jobs.)
+        return itertools.chain(self._before_ranked(done), self._merged(done))
+
+    def _before_ranked(self, done: set[str]):
+        """The jobs that go before the ranked merge (guarantees, the tail guard, FIFO
+        head), each added to ``done``."""
         if self.cfg.guarantees_before_rank:
             yield from self._guaranteed(done)
         if self.cfg.guarantee_first:
@@ -186,7 +358,6 @@ class Ranker:
                 if r.id not in done:
                     done.add(r.id)
                     yield r
-        yield from self._merged(done)
 
     def _merged(self, done: set[str]):
         """The tenants' queues merged by their heads' keys (``_push``): the job at the top of
@@ -201,15 +372,27 @@ class Ranker:
         # ordering the rest at once pays where admissions have stopped, so it waits for a
         # run four times that long (a queue that keeps admitting stays on the heap).
         calm = longest = 0
+        at_once_after = _AT_ONCE_AFTER  # max(_AT_ONCE_AFTER, 4 * longest)
         at_once = not boost  # (the boost is per job: only the heap is exact with it)
         while heap:
-            if at_once and calm >= max(_AT_ONCE_AFTER, 4 * longest):
+            if at_once and calm >= at_once_after:
                 rest = self._rest_in_order()
                 if rest is None:  # two keys tie: only the heap is exact here
                     at_once = False
                     continue
-                walked = yield from self._walk(rest, done)
-                calm, longest = 0, max(longest, calm + walked)  # an admission came
+                # Walk the rest up to the first admission (inline: the loop most of a long
+                # queue goes through), then take up the merge from there (_walked).
+                admissions = self.admissions
+                taken = len(rest)
+                for k, r in enumerate(rest):
+                    if r.id not in done:
+                        yield r
+                        if self.admissions != admissions:
+                            taken = k + 1
+                            break
+                self._walked(rest, taken)
+                calm, longest = 0, max(longest, calm + taken - 1)  # an admission came
+                at_once_after = max(_AT_ONCE_AFTER, 4 * longest)
                 continue
             top = heap[0]
             t = top[4]
@@ -224,7 +407,10 @@ class Ranker:
                 admissions = self.admissions
                 yield r
                 if self.admissions != admissions:  # r was admitted: the heap changed
-                    calm, longest = 0, max(longest, calm)
+                    if calm > longest:
+                        longest = calm
+                        at_once_after = max(_AT_ONCE_AFTER, 4 * longest)
+                    calm = 0
                     if ver[t] == top[5]:  # (its tenant's next job is there, unless ...)
                         ver[t] += 1
                         self._push(t)
@@ -263,26 +449,16 @@ class Ranker:
             order.sort(key=priorities.__getitem__)  # stable: by time within a priority
         return [jobs[k][4] for k in order]
 
-    def _walk(self, rest: list[JobRequest], done: set[str]):
-        """Yield ``rest`` (``_rest_in_order``) up to the first admission; then each tenant's
-        position is past its jobs yielded, and the heap holds the tenants' next jobs.
-        Returns how many jobs went by before that admission."""
-        admissions = self.admissions
-        taken = len(rest)
-        for k, r in enumerate(rest):
-            if r.id not in done:
-                yield r
-                if self.admissions != admissions:
-                    taken = k + 1
-                    break
+    def _walked(self, rest: list[JobRequest], taken: int) -> None:
+        """The first ``taken`` jobs of ``rest`` (``_rest_in_order``) went by: each tenant's
+        position moves past its jobs among them, and the heap holds the tenants' next jobs."""
         pos = self.pos
-        for r in itertools.islice(rest, taken):
-            pos[r.tenant] += 1
+        for t, n in collections.Counter(map(_TENANT, itertools.islice(rest, taken))).items():
+            pos[t] += n
         self.heap.clear()
         for t in self.queues:
             self.ver[t] += 1
             self._push(t)
-        return taken - 1
 
     def _guaranteed(self, done: set[str]):
         """Jobs that fit in their tenant's unused guarantee, before any ranking across

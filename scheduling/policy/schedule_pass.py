@@ -81,9 +81,9 @@ from .data import (
 from .messages import finish_decision, human_duration
 from .placement import fits_count
 from .quotas import PassState
-from .ranking import Ranker
+from .ranking import QueueCache, Ranker
 
-__all__ = ["SchedulePass", "schedule", "schedule_fifo"]
+__all__ = ["QueueCache", "SchedulePass", "schedule", "schedule_fifo"]
 
 # Why a job waits: (code, message, estimated start or None).
 Wait = tuple[str, str, float | None]
@@ -92,9 +92,12 @@ Wait = tuple[str, str, float | None]
 # --------------------------------------------------------------------------- Gantry policy
 
 
-def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None) -> Decision:
-    """One scheduling pass of the Gantry policy (see the module docstring)."""
-    return SchedulePass(snapshot, now, config).run()
+def schedule(snapshot: Snapshot, now: float, config: PolicyConfig | None = None,
+             cache: QueueCache | None = None) -> Decision:
+    """One scheduling pass of the Gantry policy (see the module docstring). ``cache``, the
+    same object from pass to pass, keeps what a pass can take from the one before
+    (``QueueCache``); the decision is the same without it."""
+    return SchedulePass(snapshot, now, config, cache).run()
 
 
 class _Victim:
@@ -127,14 +130,18 @@ class SchedulePass:
     """
 
     def __init__(
-        self, snapshot: Snapshot, now: float, config: PolicyConfig | None = None
+        self, snapshot: Snapshot, now: float, config: PolicyConfig | None = None,
+        cache: QueueCache | None = None,
     ) -> None:
         self.config = config or PolicyConfig()
         self.now = now
         self.state = PassState(snapshot)
         self.cluster = self.state.cl
         self.quotas = self.state.quotas
-        self.ranker = Ranker(snapshot, self.state, self.config, now)
+        self.ranker = Ranker(snapshot, self.state, self.config, now, cache)
+        # Pending job id -> its shape's number, and shape -> number (``run``).
+        self.shape_of: dict[str, int] = {} if cache is None else cache.shape_of
+        self.shapes: dict[tuple, int] = {} if cache is None else cache.shapes
         self.ranker.head_found = lambda: self.reserved_job is not None
         self.work_lost = snapshot.work_lost
         self.attained = snapshot.attained
@@ -180,21 +187,30 @@ class SchedulePass:
         """Answer every pending job in rank order; return the decision."""
         state, waiting, now = self.state, self.waiting, self.now
         new = tuple.__new__  # WaitReason(...) without the Python-level __new__ per job
-        # (tenant, worker shape, priority, constrained) -> (state_version, the answer then:
-        # code, message, ETA); None for the version: a shape that can never run, answered
-        # for good; -1: one that can, with no answer that holds.
-        answered: dict[tuple, tuple] = {}
+        # A job's shape (tenant, workers, worker size, GPU model, priority) as a small even
+        # number, kept from pass to pass with the cache; + 1 where it is constrained.
+        shape_of, shapes = self.shape_of, self.shapes
+        # shape + constrained -> (state_version, the answer then: code, message, ETA); None
+        # for the version: a shape that can never run, answered for good; -1: one that
+        # can, with no answer that holds.
+        answered: dict[int, tuple] = {}
+        # What only _consider changes, as locals: read again after each call.
+        reserved, start, version_now = self.reserved_job, self.reserved_start, 0
         for job in self.ranker:
             # Constrained: the job must not take what the reservation needs, unless it is
             # estimated to end before the reserved start.
-            if self.reserved_job is None:
+            if reserved is None:
                 constrained = False
             else:
-                estimate, start = job.estimated_duration, self.reserved_start
+                estimate = job.estimated_duration
                 constrained = not (estimate is not None and start is not None
                                    and now + estimate <= start)
-            memo_key = (job.tenant, job.workers, job.gpus_per_worker, job.cpus_per_worker,
-                        job.memory_mb_per_worker, job.gpu_model, job.priority, constrained)
+            shape = shape_of.get(job.id)
+            if shape is None:
+                shape = shape_of[job.id] = 2 * shapes.setdefault(
+                    (job.tenant, job.workers, job.gpus_per_worker, job.cpus_per_worker,
+                     job.memory_mb_per_worker, job.gpu_model, job.priority), len(shapes))
+            memo_key = shape + constrained
             memo = answered.get(memo_key)
             if memo is None:
                 too_large = state.too_large(job)
@@ -205,13 +221,15 @@ class SchedulePass:
                     continue
             else:
                 version, code, message, estimate = memo
-                if version == self.state_version or version is None:
+                if version == version_now or version is None:
                     waiting[job.id] = new(WaitReason,
                                           (code, message, len(waiting) + 1, estimate))
                     continue
             wait = self._consider(job, constrained)
+            reserved, start, version_now = (self.reserved_job, self.reserved_start,
+                                            self.state_version)
             answered[memo_key] = (-1, None, None, None) if wait is None else (
-                self.state_version, *wait)
+                version_now, *wait)
         return self.decision
 
     def _consider(self, job: JobRequest, constrained: bool) -> Wait | None:

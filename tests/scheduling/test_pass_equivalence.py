@@ -5,6 +5,7 @@ reservation as the copy kept in ``bench/scheduler_policy_baseline``."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -16,6 +17,7 @@ from scheduling import (
     JobRequest,
     Node,
     PolicyConfig,
+    QueueCache,
     Quota,
     RunningJob,
     Snapshot,
@@ -193,3 +195,52 @@ def test_fifo_decides_as_the_baseline_on_random_states():
 def test_the_pass_decides_as_the_baseline_on_small_states(snap: Snapshot):
     for cfg in (CONFIGS["default"], CONFIGS["reclaim_at_once"], CONFIGS["no_backfill"]):
         assert as_plain(schedule(snap, 0.0, cfg)) == as_plain(baseline_schedule(snap, 0.0, cfg))
+
+
+def next_state(rng: random.Random, snap: Snapshot, step: int) -> Snapshot:
+    """The state a pass later: some queued jobs gone (started or cancelled), new ones (some
+    without an estimate, moving the median the ranking uses for them), some changed in place
+    (priority, estimate: a new request object under the same id), attained service moved
+    across levels, and now and then a node more or fewer (the ranking's scale) or no
+    attained service at all (its levels off). The other requests are the same objects."""
+    pending = [r for r in snap.pending if rng.random() > 0.1]
+    for k, r in enumerate(pending):
+        if rng.random() < 0.05:
+            pending[k] = dataclasses.replace(
+                r, priority=rng.choice([0, 1, 2]),
+                estimated_duration=rng.choice([None, 600.0, rng.uniform(60, 1e5)]))
+    tenants = list(snap.quotas) + ["stranger"]
+    for i in range(rng.randint(0, 30)):
+        g = rng.choice([0, 1, 1, 2, 8, 16])
+        workers, per = (1, g) if g <= 8 else (g // 8, 8)
+        pending.append(JobRequest(f"s{step}-{i}", rng.choice(tenants), rng.choice([0, 0, 1]),
+                                  float(rng.randint(-90_000, 0)), workers, per, 1.0, 1000,
+                                  rng.choice([None, 60.0, 3600.0, rng.uniform(60, 1e5)])))
+    rng.shuffle(pending)
+    attained = dict(snap.attained)
+    for r in rng.sample(pending, min(len(pending), 5)):
+        attained[r.id] = rng.choice([0.0, 10.0, 5000.0, 50_000.0])
+    if rng.random() < 0.1:
+        attained = {}
+    nodes = list(snap.nodes)
+    if rng.random() < 0.15:
+        nodes = nodes[:-1] if len(nodes) > 1 and rng.random() < 0.5 else nodes + [
+            Node(f"x{step}", 8, 64, 512_000)]
+    return Snapshot(nodes, snap.quotas, snap.running, pending, snap.usage_history,
+                    snap.entitled_history, snap.work_lost, attained)
+
+
+@pytest.mark.parametrize("config", ["default", "issue_28_order", "las_preempt", "fifo_tail",
+                                    "guarantee_first_boost", "plain_priority"])
+def test_a_pass_with_the_queues_of_the_pass_before_decides_as_one_without(config):
+    """``QueueCache`` ranks only what changed since the pass before; over sequences of
+    passes each decision is the one a pass that ranks everything anew makes."""
+    cfg = CONFIGS[config]
+    rng = random.Random(f"cache-{config}")
+    for _ in range(6):
+        cache = QueueCache()
+        snap = random_state(rng, ties=rng.random() < 0.3)
+        for step in range(12):
+            assert as_plain(schedule(snap, 0.0, cfg, cache)) == as_plain(
+                schedule(snap, 0.0, cfg)), f"step {step}"
+            snap = next_state(rng, snap, step)
