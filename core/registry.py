@@ -285,6 +285,21 @@ def service_holdings(tenant_ids=None) -> dict:
     return {}
 
 
+# --- telemetry asks endpoints: what long-running services ran, for usage reports ----------
+
+
+@extension_point(provided_by="endpoints (endpoints.usage.service_usage)", many=True)
+def service_usage(user, token, tenants, start, end) -> list:
+    """The stretches the provider's long-running services (model endpoints' replicas) of
+    `tenants` ran that overlap [start, end) (aware datetimes), as far as `user` (with API
+    `token`) may see them: dicts of `kind` ("endpoint"), `id` (one per service, to count
+    them), `tenant` and `project` (slugs), `user` (the person it counts for, or ""),
+    `start`, `end` (None: running now), `replicas` and `gpus` (per replica). telemetry's
+    usage reports count replica-hours and GPU-hours from them. Many providers; with none,
+    only jobs count."""
+    return []
+
+
 # --- projects, accounts and modelhub ask endpoints: deletes that cascade to endpoints ---------
 
 

@@ -15,7 +15,9 @@ the socket for a link, which root then must not follow.
 
 A replica stops itself after the endpoint's idle time (scale to zero); the next request
 starts it again (endpoints.gateway). Replicas are found by their pid files, so any
-process of Gantry (web workers, tests, `manage.py`) sees and stops the same ones.
+process of Gantry (web workers, tests, `manage.py`) sees and stops the same ones. When
+each ran is recorded for usage reports (endpoints.usage): here as a replica starts and
+stops, and by the minute's pass (`record_replicas`) for those that stopped by themselves.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ import stat
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
 from django.conf import settings
+from django.utils import timezone
 
+from endpoints import usage
 from jobs.compute import sandbox
 from jobs.compute.local import process_matches, process_start_time, process_tree, stop_processes
 from modelhub.models import ModelFormat, ModelVersion
@@ -220,6 +225,7 @@ def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if running(replica):
             return False
+        record_gone(replica)  # before its log goes: the last run's end is read from it
         shutil.rmtree(replica.run_dir, ignore_errors=True)
         replica.run_dir.mkdir(mode=0o755)
         replica.socket_dir.mkdir(mode=0o700)
@@ -229,6 +235,7 @@ def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
             f"endpoint-{replica.name}",
             server_argv(endpoint, version, replica, model, model_file),
         )
+        now = timezone.now()
         with open(replica.run_dir / "replica.log", "ab") as log:
             process = subprocess.Popen(
                 argv,
@@ -240,9 +247,10 @@ def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
                 start_new_session=True,
                 close_fds=True,
             )
-        replica.pid_file.write_text(
-            json.dumps({"pid": process.pid, "start": process_start_time(process.pid)})
-        )
+        started = process_start_time(process.pid)
+        replica.pid_file.write_text(json.dumps({"pid": process.pid, "start": started}))
+        if started is not None:
+            usage.opened(endpoint.pk, replica.name, version.number, process.pid, started, now)
         return True
 
 
@@ -274,8 +282,10 @@ def stop(replica: Replica, grace: float = 5.0) -> bool:
     except (OSError, ValueError):
         return False
     if not process_matches(known.get("pid"), known.get("start")):
+        record_gone(replica)
         return False
     stop_processes(process_tree(known["pid"]), grace)
+    record_gone(replica)
     return True
 
 
@@ -293,6 +303,64 @@ def stop_all(endpoint_pk: int | None = None) -> int:
     return sum(
         stop(r) for r in all_replicas() if endpoint_pk is None or r.endpoint_pk == endpoint_pk
     )
+
+
+# --- when replicas ran (endpoints.usage) -------------------------------------------------
+
+
+def record_gone(replica: Replica, now=None) -> int:
+    """Close the open intervals of the replica's processes that no longer run; how many."""
+    return _close_gone(usage.open_intervals(replica.name), now or timezone.now())
+
+
+def _close_gone(intervals, now) -> int:
+    """Close those of `intervals` whose process is gone, each at its replica's log's last
+    write (the replica's own output: a server stopping says so), kept between when it was
+    last seen running and now."""
+    gone = 0
+    for interval in intervals:
+        if process_matches(interval.pid, interval.process_start):
+            continue
+        try:
+            written = _aware(os.stat(root_dir() / "run" / interval.replica / "replica.log").st_mtime)
+        except OSError:
+            written = interval.seen_at
+        usage.closed(interval, min(now, written))
+        gone += 1
+    return gone
+
+
+def record_replicas(now=None) -> dict:
+    """The minute's pass over when replicas ran: each open interval whose process runs is
+    seen now, the others are closed (`_close_gone`); a running replica without one (its
+    start not recorded) gets one from when its pid file was written."""
+    now = now or timezone.now()
+    alive, known, gone = [], set(), []
+    for interval in usage.open_intervals():
+        if process_matches(interval.pid, interval.process_start):
+            alive.append(interval.pk)
+            known.add((interval.replica, interval.pid, interval.process_start))
+        else:
+            gone.append(interval)
+    usage.seen(alive, now)
+    closed = _close_gone(gone, now)
+    opened = 0
+    for replica in all_replicas():
+        try:
+            written = _aware(replica.pid_file.stat().st_mtime)
+            process = json.loads(replica.pid_file.read_text())
+        except (OSError, ValueError):
+            continue
+        pid, started = process.get("pid"), process.get("start")
+        if (replica.name, pid, started) in known or not process_matches(pid, started):
+            continue
+        at = min(now, written)
+        opened += usage.opened(replica.endpoint_pk, replica.name, None, pid, started, at) is not None
+    return {"running": len(alive) + opened, "opened": opened, "closed": closed}
+
+
+def _aware(timestamp: float):
+    return datetime.fromtimestamp(timestamp, tz=UTC)
 
 
 @dataclass(frozen=True)

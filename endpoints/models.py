@@ -184,3 +184,59 @@ class EndpointVersionStats(models.Model):
 
     def __str__(self):
         return f"{self.endpoint} v{self.version_number}: {self.requests} requests"
+
+
+class ReplicaIntervalQuerySet(models.QuerySet):
+    def visible_to(self, user):
+        return in_visible_projects(self, user)
+
+
+class ReplicaInterval(models.Model):
+    """A stretch of time `replicas` replicas of an endpoint ran, each holding `gpus` GPUs:
+    what usage reports count (replica-hours, GPU-hours). The local backend records one
+    per replica process (endpoints.usage): opened when Gantry starts it, closed when Gantry
+    stops it or finds it gone (scaled to zero after its idle time, or exited). It stays
+    with the project when the endpoint is deleted, so a lab still sees what serving cost."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    endpoint = models.ForeignKey(
+        Endpoint, null=True, on_delete=models.SET_NULL, related_name="replica_intervals"
+    )
+    endpoint_name = models.SlugField(max_length=50)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The endpoint's creator: usage reports by person count it theirs.",
+    )
+    version_number = models.PositiveIntegerField(null=True)
+    replica = models.CharField(max_length=64, help_text="The replica's name on its backend.")
+    pid = models.PositiveIntegerField(null=True)
+    process_start = models.PositiveBigIntegerField(
+        null=True, help_text="The process's start in clock ticks since boot (with pid: which one)."
+    )
+    replicas = models.PositiveSmallIntegerField(default=1)
+    gpus = models.PositiveSmallIntegerField(default=0, help_text="GPUs per replica.")
+    started_at = models.DateTimeField()
+    seen_at = models.DateTimeField(help_text="Last found running.")
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ReplicaIntervalQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["started_at", "pk"]
+        indexes = [
+            models.Index(fields=["started_at"], name="replica_interval_started"),
+            models.Index(
+                fields=["replica"], condition=models.Q(ended_at=None), name="replica_interval_open"
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["replica", "pid", "process_start"], name="replica_interval_one_process"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.endpoint_name} {self.replica} {self.started_at:%Y-%m-%d %H:%M}–"

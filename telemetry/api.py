@@ -11,7 +11,8 @@ from telemetry.views import report_for
 
 class GpuUsageReportView(APIView):
     """GPU-seconds allocated, used and unmeasured (with GPU-hours to four decimals) per
-    tenant, project or user and day, week or month; the page's report, as JSON."""
+    tenant, project or user and day, week or month, in rows of jobs and rows of model
+    endpoints (with their replica-seconds); the page's report, as JSON."""
 
     permission_actions = {"*": "authenticated"}
 

@@ -1,5 +1,6 @@
 """Usage reports: GPU-hours allocated and GPU-hours used, per tenant, project or user, by
-day, week or month. Integer GPU-seconds throughout; hours only when shown.
+day, week or month, of jobs and of model endpoints (rows of each kind). Integer
+GPU-seconds throughout; hours only when shown.
 
 * **Allocated**: a job holds its GPUs (`gpus` x `workers`) while it is admitted, starting
   or running (its timeline: every attempt, requeues and preemptions included, and until
@@ -10,6 +11,10 @@ day, week or month. Integer GPU-seconds throughout; hours only when shown.
   sums), rounded half to even to whole GPU-seconds.
 * **Unmeasured**: allocated GPU-seconds of job-days without a single sample (no NVML where
   the job ran); they count as allocated and not as used.
+* **Endpoints** (rows of kind "endpoint"): the stretches their replicas ran
+  (core.registry.service_usage), split at UTC midnight in whole seconds as a job's are:
+  replica-seconds are replicas x those seconds, allocated GPU-seconds replica-seconds x
+  the GPUs per replica. Replicas are not sampled: their GPU-seconds are unmeasured.
 """
 
 from __future__ import annotations
@@ -29,13 +34,20 @@ from jobs.models import Job, JobEvent
 from telemetry.models import GpuUsageDay
 
 GROUPS = ("tenant", "project", "user")
+KINDS = ("job", "endpoint")
 PERIODS = ("day", "week", "month")
 HOUR = Decimal(3600)
 
 
 def gpu_hours(seconds: int) -> Decimal:
-    """GPU-seconds as GPU-hours to four decimals (the CSV's and the API's)."""
+    """GPU-seconds (or replica-seconds) as hours to four decimals (the CSV's and the API's)."""
     return (Decimal(seconds) / HOUR).quantize(Decimal("0.0001"), rounding=ROUND_HALF_EVEN)
+
+
+def report_bounds(first: date, last: date) -> tuple[datetime, datetime]:
+    """[start, end) of the UTC days first..last."""
+    start = datetime.combine(first, time.min, tzinfo=UTC)
+    return start, datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC)
 
 
 def period_start(day: date, period: str) -> date:
@@ -77,10 +89,13 @@ def seconds_by_day(start: datetime, end: datetime) -> dict[date, int]:
 class Row:
     period: date
     key: tuple  # (tenant, project, user) names, those not grouped by left empty
+    kind: str = "job"  # or "endpoint" (KINDS)
     allocated: int = 0
     used: int = 0
     unmeasured: int = 0
+    replica: int = 0  # replica-seconds (endpoints)
     jobs: set = field(default_factory=set)
+    endpoints: set = field(default_factory=set)
 
     @property
     def utilization(self) -> Decimal | None:
@@ -94,10 +109,14 @@ class Row:
         tenant, project, user = self.key
         return {
             "period": self.period.isoformat(),
+            "kind": self.kind,
             "tenant": tenant,
             "project": project,
             "user": user,
             "jobs": len(self.jobs),
+            "endpoints": len(self.endpoints),
+            "replica_seconds": self.replica,
+            "replica_hours": str(gpu_hours(self.replica)),
             "allocated_gpu_seconds": self.allocated,
             "used_gpu_seconds": self.used,
             "unmeasured_gpu_seconds": self.unmeasured,
@@ -108,26 +127,37 @@ class Row:
         }
 
 
-def _key(job: Job, group: str) -> tuple:
-    tenant = job.project.tenant.slug
+def _key(tenant: str, project: str, user: str, group: str) -> tuple:
     if group == "tenant":
         return (tenant, "", "")
-    project = f"{tenant}/{job.project.slug}"
     if group == "project":
-        return (tenant, project, "")
-    return (tenant, "", job.created_by.username if job.created_by else "")
+        return (tenant, f"{tenant}/{project}", "")
+    return (tenant, "", user)
+
+
+def _job_key(job: Job, group: str) -> tuple:
+    user = job.created_by.username if job.created_by else ""
+    return _key(job.project.tenant.slug, job.project.slug, user, group)
 
 
 def build_report(
-    jobs, first: date, last: date, *, group: str = "tenant", period: str = "day", now=None
+    jobs,
+    first: date,
+    last: date,
+    *,
+    group: str = "tenant",
+    period: str = "day",
+    now=None,
+    services=(),
 ) -> list[Row]:
     """Rows of GPU-seconds for `jobs` (a queryset the caller restricted to what the reader
-    may see) on the UTC days first..last, grouped and bucketed; sorted by period, then key."""
+    may see) and for `services`' stretches (core.registry.service_usage's dicts, as
+    restricted) on the UTC days first..last, grouped and bucketed; sorted by period, then
+    key, then kind (a project's jobs, then its endpoints)."""
     if group not in GROUPS or period not in PERIODS:
         raise ValueError(f"group is one of {GROUPS}, period one of {PERIODS}")
     now = now or timezone.now()
-    start = datetime.combine(first, time.min, tzinfo=UTC)
-    end = datetime.combine(last + timedelta(days=1), time.min, tzinfo=UTC)
+    start, end = report_bounds(first, last)
     jobs = (
         jobs.filter(gpus__gt=0, admitted_at__isnull=False, created_at__lt=end)
         .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=start))
@@ -148,8 +178,8 @@ def build_report(
                 days[day] += seconds
         for day, seconds in days.items():
             allocated = seconds * gpus
-            key = (period_start(day, period), _key(job, group))
-            row = rows.get(key) or rows.setdefault(key, Row(key[0], key[1]))
+            key = (period_start(day, period), _job_key(job, group), "job")
+            row = rows.get(key) or rows.setdefault(key, Row(*key))
             row.allocated += allocated
             row.jobs.add(job.pk)
             usage = sums.get((job.pk, day))
@@ -158,7 +188,17 @@ def build_report(
                 continue
             used = Fraction(allocated * usage.utilization_sum, 100 * usage.samples)
             row.used += round(used)  # Fraction rounds half to even
-    return [rows[k] for k in sorted(rows)]
+    for ran in services:
+        key = _key(ran["tenant"], ran["project"], ran["user"], group)
+        stretch = seconds_by_day(max(ran["start"], start), min(ran["end"] or now, end))
+        for day, seconds in stretch.items():
+            found = (period_start(day, period), key, ran["kind"])
+            row = rows.get(found) or rows.setdefault(found, Row(*found))
+            row.replica += seconds * ran["replicas"]
+            row.allocated += seconds * ran["replicas"] * ran["gpus"]
+            row.unmeasured += seconds * ran["replicas"] * ran["gpus"]
+            row.endpoints.add(ran["id"])
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], k[1], KINDS.index(k[2])))]
 
 
 def totals(rows: list[Row]) -> dict:
@@ -168,8 +208,10 @@ def totals(rows: list[Row]) -> dict:
         total.allocated += row.allocated
         total.used += row.used
         total.unmeasured += row.unmeasured
+        total.replica += row.replica
         total.jobs |= row.jobs
-    return total.as_dict() | {"period": None}
+        total.endpoints |= row.endpoints
+    return total.as_dict() | {"period": None, "kind": None}
 
 
 def write_csv(rows: list[Row], out) -> None:

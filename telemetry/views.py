@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 
+from core import registry
 from core.views import GantryView
 from jobs.models import Job
 from projects.models import Project
@@ -29,14 +30,22 @@ def report_for(request, token=None):
     jobs = restrict(Job.objects.all(), request.user, "job.view", token).filter(
         project__tenant__in=data["tenants"]
     )
+    start, end = usage.report_bounds(data["start"], data["end"])
+    services = registry.service_usage(request.user, token, data["tenants"], start, end)
     rows = usage.build_report(
-        jobs, data["start"], data["end"], group=data["group"], period=data["period"]
+        jobs,
+        data["start"],
+        data["end"],
+        group=data["group"],
+        period=data["period"],
+        services=[ran for provided in services for ran in provided],
     )
     return form, rows, usage.totals(rows)
 
 
 class UsageReportView(GantryView):
-    """GPU-hours allocated and used, for tenant owners and lab administrators."""
+    """GPU-hours allocated and used, and endpoints' replica-hours, for tenant owners and lab
+    administrators."""
 
     permission_action = AUTHENTICATED
 

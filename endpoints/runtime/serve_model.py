@@ -6,7 +6,9 @@ scikit-learn runtime on a Unix socket instead of a TCP port, so the only way in 
 socket file Gantry's gateway connects to; MLServer's gRPC server listens on a free port
 of the sandbox's own loopback (no network beyond it), and its metrics server is off.
 
-It stops itself after `idle_seconds` without a request (scale to zero; 0: never).
+It stops itself after `idle_seconds` without a request (scale to zero; 0: never), and
+says so on its output as it stops: Gantry reads when the replica stopped from that line's
+write (endpoints.local.record_replicas, for usage reports).
 
     python serve_model.py SOCKET MODEL_FILE NAME VERSION IDLE_SECONDS
 """
@@ -75,6 +77,7 @@ async def serve(socket_path: str, model_file: str, name: str, version: str, idle
     while idle > 0 and not running.done():
         await asyncio.sleep(min(1.0, idle / 4))
         if time.monotonic() - clock.last > idle:
+            print(f"no request for {idle:g} s: stopping (scale to zero)", flush=True)
             await server.stop()
             break
     await running

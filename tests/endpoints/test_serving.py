@@ -12,14 +12,16 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from accounts import services as account_services
 from endpoints import local, services
-from endpoints.models import Endpoint
+from endpoints.models import Endpoint, ReplicaInterval
 from modelhub import services as hub_services
 from tests.endpoints.builders import train_digits_models, upload_mlflow_folder
 from tests.faults.procs import Uvicorn
@@ -385,16 +387,24 @@ def test_an_idle_endpoint_scales_to_zero_and_comes_back(world, client, outsider)
     )
     body = infer_body(world["sample"]["rows"][:1])
     assert call(world, endpoint, body).status_code == 200
+    answered = timezone.now()
     replica = local.Replica(endpoint.pk, world["v1"].pk)
     assert local.running(replica)
+    (ran,) = ReplicaInterval.objects.all()  # the usage report's record, from its start
+    assert (ran.replica, ran.ended_at) == (replica.name, None)
     # The cluster page lists what the running endpoint holds; an outsider's does not.
     client.force_login(world["owner"])
     assert b"lab-a/vision/digits" in client.get("/cluster/").content
     client.force_login(outsider)
     assert b"lab-a/vision/digits" not in client.get("/cluster/").content
     wait_until(lambda: not local.running(replica))  # it stopped itself after 2 idle seconds
+    stopped = timezone.now()
     client.force_login(world["owner"])
     assert b"lab-a/vision/digits" not in client.get("/cluster/").content
+    # The minute's pass ends its interval when the replica stopped, not when the pass came.
+    assert local.record_replicas(now=stopped + timedelta(minutes=1))["closed"] == 1
+    ran.refresh_from_db()
+    assert answered + timedelta(seconds=1.5) < ran.ended_at <= stopped
 
     back = call(world, endpoint, body)
     assert back.status_code == 200, back.text
@@ -402,6 +412,7 @@ def test_an_idle_endpoint_scales_to_zero_and_comes_back(world, client, outsider)
     assert local.running(replica)
     endpoint = Endpoint.objects.get(pk=endpoint.pk)
     assert endpoint.last_cold_start_ms > 0
+    assert ReplicaInterval.objects.filter(ended_at=None).exclude(pk=ran.pk).count() == 1
 
 
 def test_a_model_that_cannot_load_answers_503_with_the_reason(world):
