@@ -29,7 +29,9 @@ The sweep varies the reclaim window (``--reclaims``; also the least a job runs b
 may be preempted), the size ranking's weight
 (``--size-weights``) and the attained-service thresholds (``--las-scales`` x 1 and 10
 GPU-hours), with borrowed and own work preempted by attained service (which, like the LAS
-reference, assumes jobs resume from checkpoints: ``resume``); one row runs without
+reference, assumes jobs resume from checkpoints: ``resume``), each also with
+``rounded_up_slice`` (``_rounded``: each tenant's guarantee rounded up to its widest job
+running or waiting, as the private slice is); one row runs without
 checkpoints (preempted work lost, no LAS preemption), one with ``PolicyConfig()``'s defaults
 (guarantees before ranking, no reclaim, no LAS preemption) and one with issue 28's.
 """
@@ -60,7 +62,8 @@ LAS_TH = (3600.0, 36_000.0)
 
 
 def configs(
-    reclaims: list[float], scales: list[float], size_weights: list[float]
+    reclaims: list[float], scales: list[float], size_weights: list[float],
+    rounded_up: bool = True,
 ) -> dict[str, tuple[PolicyConfig, bool]]:
     """name -> (PolicyConfig, resume). Reclaim without the issue-28 guards (any borrowed job,
     least work lost first), as live admission reclaims; the reclaim window W is also the
@@ -82,6 +85,9 @@ def configs(
                     size_weight=sw,
                 )
                 out[f"W{w:g}_las{k:g}_size{sw:g}"] = (cfg, True)
+                if rounded_up:  # the same with each guarantee rounded up to the widest job
+                    out[f"W{w:g}_las{k:g}_size{sw:g}_rounded"] = (
+                        replace(cfg, rounded_up_slice=True), True)
     mid = reclaims[len(reclaims) // 2]
     out[f"W{mid:g}_no_checkpoints"] = (
         replace(base, reclaim_after_wait_s=mid, min_runtime_before_preempt_s=mid),

@@ -220,3 +220,8 @@ class PolicyConfig:
     # priority and a higher level (as the LAS reference does; worth it only where jobs resume
     # from checkpoints, and min_runtime_before_preempt_s still applies).
     las_preempt_borrowed: bool = False
+    # A tenant's guarantee is rounded up to its widest job running or waiting (within its
+    # quota's limit), as the private slice the sharing incentive compares with is: a gang
+    # wider than the guarantee then starts by reclaiming borrowed GPUs and is not borrowed
+    # itself (PassState.round_up_guarantees).
+    rounded_up_slice: bool = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from .data import JobRequest, RunningJob, Snapshot
 from .messages import plural
 from .placement import Cluster, fits_count
@@ -40,6 +42,9 @@ class PassState:
         self.used_m: dict[str, int] = {}
         self.used_j: dict[str, int] = {}
         self.running: list[RunningJob] = list(snapshot.running)
+        # The GPUs each tenant is guaranteed, as the pass counts them: its quota's, or
+        # rounded up to its widest job (``round_up_guarantees``).
+        self.guaranteed: dict[str, int] = {t: q.guaranteed_gpus for t, q in self.quotas.items()}
         # The lowest priority each tenant runs (what preemption within a tenant looks at).
         self.lowest_priority: dict[str, int] = {}
         cl = self.cl
@@ -70,6 +75,21 @@ class PassState:
                     fc[i] -= w * c
                     fm[i] -= w * m
         cl.build()
+
+    def round_up_guarantees(self, pending) -> None:
+        """``PolicyConfig.rounded_up_slice``: each tenant with a guarantee has it rounded up
+        to its widest job running or waiting now (within its quota's limit), as the sharing
+        incentive's private slice is."""
+        guaranteed = self.guaranteed
+        widest: dict[str, int] = {}
+        for r in itertools.chain(pending, (rj.request for rj in self.running)):
+            g = r.workers * r.gpus_per_worker
+            if g > widest.get(r.tenant, 0):
+                widest[r.tenant] = g
+        for t, g in widest.items():
+            q = self.quotas.get(t)
+            if q is not None and 0 < q.guaranteed_gpus < g:
+                guaranteed[t] = min(g, q.max_gpus)
 
     # -- usage bookkeeping
     def charge(self, r: JobRequest, sign: int = 1) -> None:

@@ -298,7 +298,7 @@ class Ranker:
             self.share[t] = max(ent.get(t, 0.0) / window + now_share.get(t, 0.0), _MIN_SHARE)
             self.service[t] = hist.get(t, 0.0) / window + common.used_g.get(t, 0)
         self.used = {t: common.used_g.get(t, 0) for t in queues}
-        self.guar = {t: (q.guaranteed_gpus if (q := common.quotas.get(t)) else 0) for t in queues}
+        self.guar = {t: common.guaranteed.get(t, 0) for t in queues}
         self.queues = queues
         self.pos = dict.fromkeys(queues, 0)
         self.ver = dict.fromkeys(queues, 0)

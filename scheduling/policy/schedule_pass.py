@@ -136,6 +136,8 @@ class SchedulePass:
         self.config = config or PolicyConfig()
         self.now = now
         self.state = PassState(snapshot)
+        if self.config.rounded_up_slice:
+            self.state.round_up_guarantees(snapshot.pending)
         self.cluster = self.state.cl
         self.quotas = self.state.quotas
         self.ranker = Ranker(snapshot, self.state, self.config, now, cache)
@@ -174,7 +176,7 @@ class SchedulePass:
         # Some job is borrowed where a tenant runs more than its guarantee; which ones is
         # worked out on the first search that needs it (``borrowed``).
         self.any_borrowed = self.config.preemption and any(
-            gpus > (q.guaranteed_gpus if (q := self.quotas.get(tenant)) else 0)
+            gpus > self.state.guaranteed.get(tenant, 0)
             for tenant, gpus in self.state.used_g.items()
         )
         self._borrowed: set[str] | None = None
@@ -275,8 +277,7 @@ class SchedulePass:
 
     def _admit(self, job: JobRequest, placement: dict[str, int], victims: list[_Victim]) -> None:
         job_id, tenant = job.id, job.tenant
-        within_guarantee = victims and (self.state.used_g.get(tenant, 0) + job.total_gpus
-                                        <= self.quotas[tenant].guaranteed_gpus)
+        within_guarantee = victims and self._within_guarantee(job)
         for victim in victims:
             victim_id = victim.request.id
             self.preempted.add(victim_id)
@@ -460,8 +461,7 @@ class SchedulePass:
                 jobs.append(key)
         borrowed: set[str] = set()
         for tenant, jobs in by_tenant.items():
-            quota = self.quotas.get(tenant)
-            guaranteed = quota.guaranteed_gpus if quota else 0
+            guaranteed = self.state.guaranteed.get(tenant, 0)
             if sum(k[3] for k in jobs) <= guaranteed:
                 continue  # all within the guarantee: nothing borrowed, no sort needed
             jobs.sort()
@@ -532,12 +532,17 @@ class SchedulePass:
             )
         return self.victim_order
 
+    def _within_guarantee(self, job: JobRequest) -> bool:
+        """Does ``job`` fit in its tenant's guarantee (``PassState.guaranteed``) beside what
+        the tenant runs?"""
+        return (self.state.used_g.get(job.tenant, 0) + job.total_gpus
+                <= self.state.guaranteed.get(job.tenant, 0))
+
     def _candidates(self, job: JobRequest) -> list[_Victim] | None:
         """The running jobs ``job`` may preempt, in victim order; None if even all of them
         would not free enough GPUs."""
         cfg, now = self.config, self.now
-        within_guarantee = (self.state.used_g.get(job.tenant, 0) + job.total_gpus
-                            <= self.quotas[job.tenant].guaranteed_gpus)
+        within_guarantee = self._within_guarantee(job)
         # Reclaiming borrowed capacity waits until the claimant has queued a while: most
         # borrowed jobs end by themselves in that time, and ending them early wastes work.
         waited = now - job.submit_time

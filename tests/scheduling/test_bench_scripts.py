@@ -88,7 +88,8 @@ def test_the_fairness_sweep_reports_every_goal_per_trace_and_configuration(tmp_p
     assert set(res["traces"]) == {"philly", "alibaba", "synthetic"}
     for trace in res["traces"].values():
         summary = trace["summary"]
-        assert set(summary) == {"easy", "las", "W900_las1_size0.5", "W900_no_checkpoints",
+        assert set(summary) == {"easy", "las", "W900_las1_size0.5",
+                                "W900_las1_size0.5_rounded", "W900_no_checkpoints",
                                 "defaults", "issue28_defaults"}
         assert summary["easy"]["geo_jct_over_easy"] == 1.0  # EASY against itself
         goals = summary["W900_las1_size0.5"]["goals"]

@@ -231,11 +231,13 @@ def next_state(rng: random.Random, snap: Snapshot, step: int) -> Snapshot:
 
 
 @pytest.mark.parametrize("config", ["default", "issue_28_order", "las_preempt", "fifo_tail",
-                                    "guarantee_first_boost", "plain_priority"])
+                                    "guarantee_first_boost", "plain_priority",
+                                    "rounded_up_slice"])
 def test_a_pass_with_the_queues_of_the_pass_before_decides_as_one_without(config):
     """``QueueCache`` ranks only what changed since the pass before; over sequences of
     passes each decision is the one a pass that ranks everything anew makes."""
-    cfg = CONFIGS[config]
+    cfg = CONFIGS.get(config) or dataclasses.replace(CONFIGS["las_preempt"],
+                                                     rounded_up_slice=True)
     rng = random.Random(f"cache-{config}")
     for _ in range(6):
         cache = QueueCache()

@@ -187,6 +187,34 @@ def test_no_reclaim_of_jobs_within_guarantee():
     assert d.waiting["a1"].code == "capacity"
 
 
+def test_a_rounded_up_slice_lets_a_gang_wider_than_its_guarantee_reclaim_and_keeps_it():
+    """``rounded_up_slice``: a tenant guaranteed 4 GPUs whose 16-GPU gang waits has its
+    guarantee rounded up to 16, as the sharing incentive's private slice is. The gang then
+    reclaims borrowed GPUs (without the option it waits for them, not within its
+    guarantee), and once it runs it is not borrowed: a tenant under its own guarantee does
+    not take it back."""
+    nodes = [node("n0"), node("n1")]
+    quotas = {"gang": Quota("gang", 4, 28), "flood": Quota("flood", 0, 32),
+              "lab": Quota("lab", 4, 28)}
+    flood = [running(job(f"f{i}", "flood", gpus=1), {f"n{i % 2}": 1}, start=-600 + i)
+             for i in range(16)]
+    wide = job("g16", "gang", gpus=8, workers=2)
+    rounded = replace(IMMEDIATE, rounded_up_slice=True)
+
+    d = schedule(Snapshot(nodes, quotas, flood, [wide]), 0, IMMEDIATE)
+    assert d.admit == [] and d.preempt == []
+
+    d = schedule(Snapshot(nodes, quotas, flood, [wide]), 0, rounded)
+    assert d.admit == [("g16", {"n0": 1, "n1": 1})]
+    # flood (guaranteed nothing) borrows all 16: two whole nodes take every one of them.
+    assert len(d.preempt) == 16 and all("reclaimed" in why for _, why in d.preempt)
+
+    gang_running = [running(wide, {"n0": 1, "n1": 1}, start=-600)]
+    for cfg, taken in ((IMMEDIATE, True), (rounded, False)):
+        d = schedule(Snapshot(nodes, quotas, gang_running, [job("l4", "lab", gpus=4)]), 0, cfg)
+        assert bool(d.preempt) is taken, cfg.rounded_up_slice
+
+
 def test_higher_priority_preempts_lower_priority_of_same_tenant():
     nodes = [node("n0")]
     quotas = {"a": Quota("a", 8, 0)}
