@@ -99,7 +99,8 @@ class QueueCache:
     """The tenants' ranked queues kept from one pass to the next (``schedule(..., cache=)``),
     so that a pass ranks only the jobs that are new or changed since the pass before: a job
     is unchanged while the snapshot holds the same ``JobRequest`` object for its id (the
-    simulator keeps them; live admission keeps them while a job's row is unchanged). Jobs
+    simulator keeps them; live admission builds new ones from the database every pass and
+    passes no cache). Jobs
     without an estimate are ranked again when the median estimate moves, a job whose
     attained service crosses a level when it does, and everything when the cluster's GPUs
     or the ranking's settings change. The queues are then exactly those ``_ranked_queues``
