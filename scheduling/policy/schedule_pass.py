@@ -141,8 +141,8 @@ class SchedulePass:
         self.cluster = self.state.cl
         self.quotas = self.state.quotas
         self.ranker = Ranker(snapshot, self.state, self.config, now, cache)
-        # Pending job id -> its shape's number, and shape -> number (``run``).
-        self.shape_of: dict[str, int] = {} if cache is None else cache.shape_of
+        # Pending job id -> its shape's number (kept with the cache), and shape -> number.
+        self.shape_of: dict[str, int] | None = None if cache is None else cache.shape_of
         self.shapes: dict[tuple, int] = {} if cache is None else cache.shapes
         self.ranker.head_found = lambda: self.reserved_job is not None
         self.work_lost = snapshot.work_lost
@@ -207,11 +207,13 @@ class SchedulePass:
                 estimate = job.estimated_duration
                 constrained = not (estimate is not None and start is not None
                                    and now + estimate <= start)
-            shape = shape_of.get(job.id)
+            shape = None if shape_of is None else shape_of.get(job.id)
             if shape is None:
-                shape = shape_of[job.id] = 2 * shapes.setdefault(
+                shape = 2 * shapes.setdefault(
                     (job.tenant, job.workers, job.gpus_per_worker, job.cpus_per_worker,
                      job.memory_mb_per_worker, job.gpu_model, job.priority), len(shapes))
+                if shape_of is not None:  # (without a cache each job comes once: not kept)
+                    shape_of[job.id] = shape
             memo_key = shape + constrained
             memo = answered.get(memo_key)
             if memo is None:
