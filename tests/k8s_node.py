@@ -16,19 +16,26 @@ systemd driver.
 
 The network rule: tests send traffic only to loopback, or to addresses inside network
 namespaces the test run created. The node keeps it so:
+- containerd, kubelet and the cluster DNS (CoreDNS) run inside a network namespace the node
+  makes for itself (tests/netns.py: `ip netns add`, no link to the machine's network), so
+  the pod network is there too: the CNI `bridge` plugin, run by containerd, makes its bridge
+  (`cni0`, POD_SUBNET, the gateway GATEWAY) and every pod's interface inside it. Pods reach
+  each other and the namespace's own addresses, nothing else;
+- the few ways across are relays (tests/netns.py), each from loopback or an address inside
+  the namespace to loopback on the other side: the API server (for kubelet and CoreDNS),
+  the test registry (for pulls), kubelet's API (for the API server's exec and logs), and
+  what a test exposes to the pods with `expose()` (Gantry's live server, at
+  `http://GATEWAY:<port>`);
 - its address is 127.0.0.1: kubelet is named `127.0.0.1` (a host name that is an IP is
   taken as the node's address with no look-up; `--node-ip` refuses loopback), so the API
-  server's calls to kubelet go to loopback;
-- kubelet's API and health ports, containerd's streaming server listen on 127.0.0.1;
-  containerd's API is a Unix socket in the node's directory;
-- Gantry's pods use the host's network (GANTRY_K8S_HOST_NETWORK, a test and single-node
-  setting) and reach Gantry on 127.0.0.1; the CNI configuration holds only the `loopback`
-  plugin: containerd reports the network ready, and a pod without hostNetwork never starts
-  (its namespace would have `lo` alone, and containerd refuses a sandbox with no address:
-  "failed to find network info"), so no pod network exists to leak from;
-- pods get an empty resolv.conf (no name server to ask); images come from the test
-  registry on 127.0.0.1 over plain HTTP, and the pause image from a local file; a pull from
-  any other registry goes to 127.0.0.1:9, where nothing listens (`certs.d/_default`).
+  server's calls to kubelet go to loopback and the relay;
+- kubelet's API and health ports and containerd's streaming server listen on the
+  namespace's 127.0.0.1; containerd's API is a Unix socket in the node's directory;
+- pods ask the cluster DNS at GATEWAY (cluster.local names only: it forwards nothing, so
+  no name leaves the namespace); images come from the test registry over plain HTTP
+  through the relay, and the pause image from a local file; a pull from any other
+  registry goes to 127.0.0.1:9, where nothing listens (`certs.d/_default`).
+A pod on the host's network (hostNetwork) shares the node's namespace, not the machine's.
 
 kubelet signs in with the cluster's admin token (the test API server has no node
 authorizer) and trusts the cluster's CA for the API server's calls (exec, logs: the API
@@ -56,6 +63,7 @@ import yaml
 
 from core.ports import free_port
 from tests.k8s_cluster import BUILD, ClusterUnavailable, KubeCluster
+from tests.netns import NetworkNamespace, Relay, inside
 
 NODE_NAME = "127.0.0.1"
 PAUSE_IMAGE = "localhost/gantry/pause:1"
@@ -63,20 +71,29 @@ CGROUPS = Path("/sys/fs/cgroup")
 RUNC = "/usr/sbin/runc"
 CNI_PLUGINS = Path("/usr/lib/cni")
 START_TIMEOUT = 120
+# The pod network, inside the node's own network namespace (never routed anywhere else).
+POD_SUBNET = "10.244.0.0/24"
+GATEWAY = "10.244.0.1"
+CLUSTER_DOMAIN = "cluster.local"
+
+
+def built(flag: str, what: str) -> Path:
+    """Where platform/dev/k8s-build put `what` (its `--containerd-path`, `--coredns-path`)."""
+    found = subprocess.run([str(BUILD), flag], capture_output=True, text=True, check=False)
+    path = Path(found.stdout.strip()) if found.stdout.strip() else None
+    if found.returncode != 0 or path is None or not path.is_dir():
+        raise ClusterUnavailable(
+            f"{what} is not built ({found.stderr.strip() or 'no path'}): "
+            "run platform/dev/k8s-build"
+        )
+    return path
 
 
 def containerd_binaries() -> Path:
     """containerd, its runc shim, ctr and pause (platform/dev/k8s-build --containerd-path)."""
-    found = subprocess.run(
-        [str(BUILD), "--containerd-path"], capture_output=True, text=True, check=False
-    )
-    path = Path(found.stdout.strip()) if found.stdout.strip() else None
-    if found.returncode != 0 or path is None or not path.is_dir():
-        raise ClusterUnavailable(
-            f"containerd is not built ({found.stderr.strip() or 'no path'}): "
-            "run platform/dev/k8s-build"
-        )
-    missing = [p for p in (RUNC, CNI_PLUGINS / "loopback") if not Path(p).exists()]
+    path = built("--containerd-path", "containerd")
+    plugins = [CNI_PLUGINS / name for name in ("loopback", "bridge", "host-local")]
+    missing = [p for p in (RUNC, *plugins) if not Path(p).exists()]
     if missing:
         raise ClusterUnavailable(f"Debian's runc and containernetworking-plugins: no {missing}")
     return path
@@ -149,8 +166,12 @@ class KubeNode:
         self.registry_hosts = registry_hosts
         self.dir = Path(tempfile.mkdtemp(prefix="gantry-node-"))
         self.cgroup = f"gantry-node-{secrets.token_hex(4)}"
+        self.coredns = built("--coredns-path", "CoreDNS") / "coredns"
         self.ports = {name: free_port() for name in ("kubelet", "healthz")}
         self.processes: dict[str, subprocess.Popen] = {}
+        self.netns: NetworkNamespace | None = None
+        self.relays: list[Relay] = []
+        self.exposed: dict[int, Relay] = {}
         self.started_seconds: float | None = None
         self.sockets: set[str] = set()  # the shims' (stop() removes them)
 
@@ -162,12 +183,26 @@ class KubeNode:
     def _containerd_config(self) -> Path:
         d = self.dir
         (d / "cni").mkdir()
-        (d / "cni" / "10-loopback.conflist").write_text(
+        (d / "cni" / "10-pods.conflist").write_text(
             json.dumps(
                 {
                     "cniVersion": "1.0.0",
-                    "name": "gantry-loopback",
-                    "plugins": [{"type": "loopback"}],
+                    "name": "gantry-pods",
+                    "plugins": [
+                        {
+                            "type": "bridge",
+                            "bridge": "cni0",
+                            "isGateway": True,
+                            "ipMasq": False,  # nowhere to masquerade to
+                            "hairpinMode": True,
+                            "ipam": {
+                                "type": "host-local",
+                                "ranges": [[{"subnet": POD_SUBNET, "gateway": GATEWAY}]],
+                                "routes": [{"dst": "0.0.0.0/0"}],
+                                "dataDir": str(d / "cni-ipam"),
+                            },
+                        }
+                    ],
                 }
             )
         )
@@ -219,6 +254,8 @@ state = '{d / "containerd" / "state"}'
   [{cri_images}.registry]
     config_path = '{d / "certs.d"}'
 [{cri_runtime}]
+  # Pods' network namespaces are mounted in the node's directory, not in /run/netns.
+  netns_mounts_under_state_dir = true
   # Without CAP_SYS_RESOURCE (these machines' root lacks it) no process may lower its
   # oom_score_adj: the runtime clamps the pods' to its own instead of failing them.
   restrict_oom_score_adj = true
@@ -256,6 +293,8 @@ state = '{d / "containerd" / "state"}'
             "containerRuntimeEndpoint": f"unix://{self.socket}",
             "podLogsDir": str(d / "pod-logs"),
             "resolvConf": str(d / "resolv.conf"),
+            "clusterDNS": [GATEWAY],
+            "clusterDomain": CLUSTER_DOMAIN,
             "authentication": {
                 "anonymous": {"enabled": False},
                 "webhook": {"enabled": True},
@@ -305,6 +344,7 @@ state = '{d / "containerd" / "state"}'
 
         def prepare():
             self._join_runtime_cgroup()
+            self.netns.enter()
             import ctypes
 
             with contextlib.suppress(OSError, AttributeError):
@@ -358,6 +398,62 @@ state = '{d / "containerd" / "state"}'
             raise ClusterUnavailable(f"ctr {' '.join(args)}: {done.stderr.strip()}")
         return done.stdout
 
+    # -- the network namespace ---------------------------------------------------------------
+    def _relay_in(self, port: int, listen: str = "127.0.0.1") -> Relay:
+        """Connections to `listen`:port inside the namespace go to 127.0.0.1:port outside."""
+        relay = Relay((listen, port), ("127.0.0.1", port), listen_ns=self.netns)
+        self.relays.append(relay)
+        return relay
+
+    def start_network(self) -> None:
+        """The namespace, and the relays the node needs: the API server and registries in,
+        kubelet's API out (to the same port on the machine's loopback)."""
+        self.netns = NetworkNamespace("gantry-node")
+        self._relay_in(self.cluster.ports["apiserver"])
+        for host in self.registry_hosts:
+            self._relay_in(int(host.rsplit(":", 1)[1]))
+        kubelet = self.ports["kubelet"]
+        self.relays.append(
+            Relay(("127.0.0.1", kubelet), ("127.0.0.1", kubelet), target_ns=self.netns)
+        )
+
+    def expose(self, url: str) -> str:
+        """`url` (http://127.0.0.1:PORT, e.g. Gantry's live server) as the pods reach it:
+        http://GATEWAY:PORT, relayed to the machine's loopback."""
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        if port not in self.exposed:  # the bridge (GATEWAY) comes with the first pod
+            self.exposed[port] = self._relay_in(port, listen="0.0.0.0")
+        return f"http://{GATEWAY}:{port}"
+
+    def start_coredns(self) -> None:
+        """The cluster DNS at GATEWAY:53 (listening on the namespace's every address),
+        answering cluster.local from the API server (the `kubernetes` plugin): Services,
+        and a headless Service's pods by host name (`<job>-0.<job>.<namespace>.svc`)."""
+        kubeconfig = self.dir / "coredns.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(self.cluster.kubeconfig_dict()))
+        ready = free_port()
+        corefile = self.dir / "Corefile"
+        corefile.write_text(
+            f"""{CLUSTER_DOMAIN}:53 {{
+    errors
+    ready 127.0.0.1:{ready}
+    kubernetes {CLUSTER_DOMAIN} {{
+        kubeconfig {kubeconfig}
+    }}
+}}
+"""
+        )
+        self._spawn("coredns", [str(self.coredns), "-conf", str(corefile)])
+
+        def answering() -> bool:
+            import urllib.request
+
+            with inside(self.netns.path):
+                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+                return opener.open(f"http://127.0.0.1:{ready}/ready", timeout=2).status == 200
+
+        self._wait("coredns", answering)
+
     def start_containerd(self) -> None:
         config = self._containerd_config()
         env = {"PATH": f"{self.bin}:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -397,8 +493,10 @@ state = '{d / "containerd" / "state"}'
         begun = time.monotonic()
         try:
             self._make_cgroups()
+            self.start_network()
             self.start_containerd()
             self.start_kubelet()
+            self.start_coredns()
         except BaseException:
             self.stop(keep_logs=True)
             raise
@@ -444,7 +542,7 @@ state = '{d / "containerd" / "state"}'
 
     def stop(self, keep_logs: bool = False) -> None:
         # kubelet first, so it restarts nothing; then every process the node started.
-        for name in ("kubelet", "containerd"):
+        for name in ("kubelet", "containerd", "coredns"):
             process = self.processes.pop(name, None)
             if process is not None and process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -469,6 +567,12 @@ state = '{d / "containerd" / "state"}'
                 os.rmdir(folder)
         for point in self._mounts():
             subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
+        for relay in self.relays:
+            relay.close()
+        self.relays.clear()
+        self.exposed.clear()
+        if self.netns is not None:
+            self.netns.delete()  # its bridge and the pods' other ends with it
         for root in self._cgroups():
             if root.exists():
                 for path in sorted(
@@ -490,6 +594,7 @@ state = '{d / "containerd" / "state"}'
             "mounts": self._mounts(),
             "cgroups": [str(p) for p in self._cgroups() if p.exists()],
             "sockets": sorted(p for p in self.sockets if os.path.exists(p)),
+            "network namespace": [self.netns.name] if self.netns and self.netns.exists() else [],
         }
 
 
@@ -504,9 +609,16 @@ def main() -> None:
         "--registry", action="append", default=[], metavar="127.0.0.1:PORT",
         help="a registry on loopback the node pulls from over plain HTTP",
     )  # fmt: skip
+    parser.add_argument(
+        "--expose", action="append", default=[], metavar="http://127.0.0.1:PORT",
+        help="a server on loopback the pods reach (Gantry's: set GANTRY_K8S_API_URL to the "
+        "address printed for it)",
+    )  # fmt: skip
     args = parser.parse_args()
     if any(not host.startswith("127.0.0.1:") for host in args.registry):
         parser.error("--registry must be on 127.0.0.1 (the network rule, see tests/k8s_node.py)")
+    if any(not url.startswith("http://127.0.0.1:") for url in args.expose):
+        parser.error("--expose must be on http://127.0.0.1 (the network rule)")
     cluster = KubeCluster().start()
     try:
         node = KubeNode(cluster, registry_hosts=tuple(args.registry)).start()
@@ -518,6 +630,8 @@ def main() -> None:
         f"{node.started_seconds:.1f} s (logs in {node.dir})",
         file=sys.stderr,
     )
+    for url in args.expose:
+        print(f"{url} is {node.expose(url)} for the pods", file=sys.stderr)
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     sys.stdout.flush()
     stop = []

@@ -5,9 +5,12 @@ platform/dev/images-build makes: Python, the executor, scikit-learn), and the ex
 does what it does in production: fetches its spec from Gantry's API, streams its log,
 uploads its outputs and reports its exit.
 
-The network rule (tests/k8s_node.py says how the node keeps it): pods use the host's network
-(GANTRY_K8S_HOST_NETWORK) and reach Gantry's live server on 127.0.0.1; the registry, the API
-server and kubelet listen on 127.0.0.1 too. Nothing else is contacted.
+The network rule (tests/k8s_node.py says how the node keeps it): the node (containerd,
+kubelet, CoreDNS) and its pod network live in a network namespace the node makes for itself;
+pods have addresses there, find each other by the cluster's DNS names, and reach Gantry's
+live server through a relay at the bridge's address to its 127.0.0.1 port
+(`KubeNode.expose`). The registry, the API server and kubelet listen on 127.0.0.1. Nothing
+else is contacted.
 
 The kwok GPU nodes carry the `nvidia.com/gpu` NoSchedule taint that real GPU nodes usually
 carry, so CPU jobs go to the real node. Without the binaries, the image or the registry's
@@ -16,6 +19,7 @@ tools these tests skip, except under CI=true, where they fail.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shlex
@@ -28,7 +32,7 @@ import pytest
 
 from tests.jobs.test_k8s_live import Admin, Gantry, platform_documents, server_side_apply
 from tests.k8s_cluster import ClusterUnavailable, KubeCluster
-from tests.k8s_node import NODE_NAME, KubeNode
+from tests.k8s_node import GATEWAY, NODE_NAME, POD_SUBNET, KubeNode
 from tests.registry import PASSWORD, USERNAME, missing_tools, start_registry
 
 # One xdist worker takes the whole module (--dist loadgroup): one control plane and node.
@@ -133,15 +137,16 @@ def real_node(tmp_path_factory):
 
 @pytest.fixture
 def gantry(transactional_db, settings, real_node, live_server, tmp_path):
-    """Gantry on the cluster as its ServiceAccount (platform/k8s/), with pods on the host's
-    network and the registry's pull Secret named for every pod."""
+    """Gantry on the cluster as its ServiceAccount (platform/k8s/), its pods on the node's
+    pod network reaching the live server through the node's relay, and the registry's pull
+    Secret named for every pod."""
     import yaml
     from kubernetes import client
 
     from cluster.models import KubernetesCluster
     from jobs.compute import reset_backends
 
-    cluster, _, registry, pushed = real_node
+    cluster, node, registry, pushed = real_node
     # Gantry's own servers run in this test process: their Deployments and DaemonSet would
     # only take the real node's CPUs and ask it for images it must not fetch.
     server_side_apply(
@@ -160,9 +165,10 @@ def gantry(transactional_db, settings, real_node, live_server, tmp_path):
     )
     settings.GANTRY_JOB_BACKEND = "kubernetes"
     settings.GANTRY_URL = live_server.url
-    settings.GANTRY_K8S_API_URL = live_server.url
+    settings.GANTRY_K8S_API_URL = node.expose(live_server.url)
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, GATEWAY]  # the pods' name for it
     settings.GANTRY_K8S_DEFAULT_IMAGE = pushed
-    settings.GANTRY_K8S_HOST_NETWORK = True
+    settings.GANTRY_K8S_HOST_NETWORK = False  # Pod Security "restricted", as in production
     settings.GANTRY_K8S_IMAGE_PULL_SECRETS = ["gantry-registry"]
     settings.GANTRY_JOBS_DIR = tmp_path / "jobs"
     settings.GANTRY_JOB_GRACE_SECONDS = 2
@@ -262,11 +268,16 @@ def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(gantry
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
     took = time.monotonic() - begun
-    pod = gantry.admin.pods(job)[0]
+    pods = gantry.admin.pods(job)
+    assert pods, diagnosis(real_node, job, ns)
+    pod = pods[0]
     assert job.state == "succeeded", (job.state_reason, pod.status)
     print(f"submitted to succeeded in {took:.1f} s")
     assert gantry.states(job) == ["queued", "admitted", "starting", "running", "succeeded"]
-    assert pod.spec.node_name == NODE_NAME and pod.spec.host_network is True
+    assert pod.spec.node_name == NODE_NAME and not pod.spec.host_network
+    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(POD_SUBNET)
+    labels = gantry.admin.core.read_namespace(ns).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
     assert pod.spec.containers[0].image == pushed
     worker = job.worker_set.get()
     assert worker.exit_code == 0
@@ -301,7 +312,7 @@ def test_a_pods_log_lines_and_metrics_reach_the_job_pages_websocket_live(
     from accounts import services as account_services
     from tests.jobs.test_browser import serving_asgi
 
-    _, _, registry, _ = real_node
+    _, node, registry, _ = real_node
     project, ns = real_tenant(gantry, owner, registry, "live")
     _, key = account_services.create_api_token(actor=owner, name="watch", scope="read")
     script = (
@@ -310,8 +321,10 @@ def test_a_pods_log_lines_and_metrics_reach_the_job_pages_websocket_live(
         "    print(f'tick {i}', flush=True)\n    log_metric('loss', 1 / (i + 1), step=i)\n"
         "    time.sleep(0.5)\n"
     )
-    with serving_asgi(tmp_path, GANTRY_JOB_BACKEND="kubernetes") as (url, _):
-        settings.GANTRY_URL = settings.GANTRY_K8S_API_URL = url  # the pods' Gantry
+    hosts = ",".join([*settings.ALLOWED_HOSTS, GATEWAY])
+    with serving_asgi(tmp_path, GANTRY_JOB_BACKEND="kubernetes", ALLOWED_HOSTS=hosts) as (url, _):
+        settings.GANTRY_URL = url
+        settings.GANTRY_K8S_API_URL = node.expose(url)  # the pods' Gantry
         job = gantry.submit(
             owner, project, name="live", cpus=1, command=f"python -c {shlex.quote(script)}"
         )
@@ -537,35 +550,126 @@ def test_an_evicted_job_resumes_from_its_last_checkpoint_to_the_same_weights(
     assert weights == [uninterrupted_weights()]
 
 
-def test_the_node_keeps_the_network_rule_for_pulls_and_pod_networks(real_node):
+def test_the_node_keeps_the_network_rule_for_pulls_pods_and_names(real_node):
     """A pull from any registry but the test one goes to 127.0.0.1:9 (refused: no name is
-    looked up, nothing leaves the machine); a pod without hostNetwork never starts, since
-    the only CNI plugin is `loopback`."""
+    looked up, nothing leaves the machine). The pod network is inside the node's own
+    namespace: its only route is the bridge's subnet (no default route, no link but the
+    bridge and the pods' ends), a pod gets an address there, and the cluster DNS answers
+    cluster names and nothing else."""
     from kubernetes import client
 
-    cluster, _, _, _ = real_node
+    cluster, node, registry, pushed = real_node
     core = client.CoreV1Api(cluster.client())
     ns = "network-rule"
     core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_secret(ns, pull_secret(registry))
+    names = (
+        "import socket\n"
+        "for name in ('kubernetes.default.svc.cluster.local', 'example.org'):\n"
+        "    try:\n        print(name, socket.gethostbyname(name))\n"
+        "    except OSError:\n        print(name, 'unresolved')\n"
+    )
 
-    def pod(name: str, image: str, host_network: bool) -> dict:
-        container = {"name": "c", "image": image, "command": ["/pause"]}
-        spec = {"hostNetwork": host_network, "containers": [container]}
+    def pod(name: str, image: str, command: list[str]) -> dict:
+        container = {"name": "c", "image": image, "command": command}
+        spec = {"containers": [container], "restartPolicy": "Never"}
+        spec["imagePullSecrets"] = [{"name": "gantry-registry"}]
         return {"metadata": {"name": name}, "spec": {"nodeName": NODE_NAME, **spec}}
 
-    core.create_namespaced_pod(ns, pod("hub", "registry.example.org/gantry/x:1", True))
-    core.create_namespaced_pod(ns, pod("isolated", "localhost/gantry/pause:1", False))
+    core.create_namespaced_pod(ns, pod("hub", "registry.example.org/gantry/x:1", ["/pause"]))
+    core.create_namespaced_pod(ns, pod("names", pushed, ["python3", "-c", names]))
 
     def said(name: str, words: str) -> bool:
         events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
         return any(words in (e.message or "") for e in events.items)
 
-    deadline = time.monotonic() + 60
-    while not (said("hub", "127.0.0.1:9") and said("isolated", "failed to find network info")):
+    deadline = time.monotonic() + WAIT
+    while not (
+        said("hub", "127.0.0.1:9")
+        and core.read_namespaced_pod("names", ns).status.phase in ("Succeeded", "Failed")
+    ):
         assert time.monotonic() < deadline, [
             e.message for e in core.list_namespaced_event(ns).items
         ]
         time.sleep(0.5)
     assert said("hub", "connection refused")
-    assert core.read_namespaced_pod("isolated", ns).status.phase == "Pending"
+    named = core.read_namespaced_pod("names", ns)
+    assert named.status.phase == "Succeeded", named.status
+    assert ipaddress.ip_address(named.status.pod_ip) in ipaddress.ip_network(POD_SUBNET)
+    lines = core.read_namespaced_pod_log("names", ns).splitlines()
+    assert lines == ["kubernetes.default.svc.cluster.local 10.96.0.1", "example.org unresolved"]
+
+    routes = node.netns.ip("-4", "route").splitlines()
+    assert [r.split()[:3] for r in routes] == [[POD_SUBNET, "dev", "cni0"]], routes
+    links = [line.split(": ")[1].split("@")[0] for line in node.netns.ip("-o", "link").splitlines()]
+    assert links[:2] == ["lo", "cni0"] and all(x.startswith("veth") for x in links[2:]), links
     core.delete_namespace(ns)
+
+
+RENDEZVOUS = """\
+import os, socket, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+master, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+print("rank", rank, "of", world, "master", master, flush=True)
+if rank == 0:
+    with socket.create_server(("", port)) as server:
+        conn, peer = server.accept()
+        with conn:
+            other = int(conn.recv(16))
+            conn.sendall(str(rank + other).encode())
+    print("rank 0 met rank", other, "from", peer[0], flush=True)
+else:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            conn = socket.create_connection((master, port), timeout=5)
+            break
+        except OSError:  # pod 0 not up yet, or its name not yet in the DNS
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    with conn:
+        peer = conn.getpeername()[0]
+        conn.sendall(str(rank).encode())
+        conn.shutdown(socket.SHUT_WR)
+        total = conn.recv(16).decode()
+    print("rank", rank, "reached", master, "at", peer, "sum", total, flush=True)
+"""
+
+
+def test_a_two_pod_distributed_job_rendezvouses_through_its_headless_service(
+    gantry, real_node, owner
+):
+    """A distributed job's two pods (an Indexed Job) meet the way torchrun's static
+    rendezvous does: rank 1 finds rank 0 by MASTER_ADDR, `<job>-0.<job>`, the name the
+    job's headless Service gives pod 0 in the cluster DNS, and connects to MASTER_PORT over
+    the pod network. The image has no PyTorch (its CUDA wheels run to gigabytes), so the
+    two exchange their ranks over plain TCP instead of a gloo all-reduce: the same name,
+    port and network a DDP job's process group uses (DDP itself is tested on the local
+    backend). The job's NetworkPolicy is applied; nothing in the test cluster enforces it
+    (no policy-capable network plugin)."""
+    from jobs.models import LogChunk
+
+    _, _, registry, _ = real_node
+    project, ns = real_tenant(gantry, owner, registry, "gang")
+    job = gantry.submit(
+        owner, project, name="gang", kind="distributed", workers=2, cpus=1,
+        command=f"python -c {shlex.quote(RENDEZVOUS)}",
+    )  # fmt: skip
+    try:
+        gantry.ended(job, timeout=WAIT, reconcile=job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+    assert job.state == "succeeded", diagnosis(real_node, job, ns)
+    assert sorted(w.exit_code for w in job.worker_set.all()) == [0, 0]
+    pods = {p.metadata.annotations["batch.kubernetes.io/job-completion-index"]: p
+            for p in gantry.admin.pods(job)}  # fmt: skip
+    ips = {rank: pods[rank].status.pod_ip for rank in ("0", "1")}
+    assert all(ipaddress.ip_address(ip) in ipaddress.ip_network(POD_SUBNET) for ip in ips.values())
+    assert ips["0"] != ips["1"] and GATEWAY not in ips.values()
+    lines = [x["text"] for c in LogChunk.objects.filter(job=job) for x in c.lines()]
+    name = pods["0"].spec.subdomain
+    assert f"rank 1 reached {name}-0.{name} at {ips['0']} sum 1" in lines, lines
+    assert f"rank 0 met rank 1 from {ips['1']}" in lines, lines
+    policies = gantry.admin.networking.list_namespaced_network_policy(ns).items
+    assert [p.metadata.name for p in policies if p.metadata.name == name] == [name]
