@@ -151,6 +151,9 @@ def test_first_log_line(gantry, real_node, owner, settings):
         "command": COMMAND,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "image": pushed,
+        # Pods on the node's pod network (CNI bridge in its own network namespace), reaching
+        # Gantry through a relay (tests/k8s_node.py); before 2026-12-05 the host's network.
+        "pod_network": "bridge",
         "cold": summary([cold]),
         "warm": summary(warm),
         "local": summary(local),
