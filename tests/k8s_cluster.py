@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "platform" / "dev" / "k8s-build"
 STAGES = REPO / "platform" / "dev" / "kwok-stages.yaml"
 START_TIMEOUT = 120
+SERVICE_SUBNET = "10.96.0.0/16"  # ClusterIPs: data on kwok; inside the real node's namespace
 
 # The fake GPU nodes: (name, GPUs, GPU model label).
 GPU_NODES = (
@@ -295,7 +296,7 @@ class KubeCluster:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             # Service IPs are data here (nothing routes them); the `kubernetes` Service's
             # endpoint would be 127.0.0.1, which Endpoints refuse: not reconciled.
-            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--service-cluster-ip-range={SERVICE_SUBNET}",
             "--endpoint-reconciler-type=none",
             # Default admission plugins (NamespaceLifecycle, LimitRanger, ServiceAccount,
             # ResourceQuota, PodSecurity, ...) stay on: nothing is disabled.

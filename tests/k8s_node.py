@@ -16,16 +16,21 @@ systemd driver.
 
 The network rule: tests send traffic only to loopback, or to addresses inside network
 namespaces the test run created. The node keeps it so:
-- containerd, kubelet and the cluster DNS (CoreDNS) run inside a network namespace the node
-  makes for itself (tests/netns.py: `ip netns add`, no link to the machine's network), so
-  the pod network is there too: the CNI `bridge` plugin, run by containerd, makes its bridge
-  (`cni0`, POD_SUBNET, the gateway GATEWAY) and every pod's interface inside it. Pods reach
-  each other and the namespace's own addresses, nothing else;
+- containerd, kubelet, kube-proxy and the cluster DNS (CoreDNS) run inside a network
+  namespace the node makes for itself (tests/netns.py: `ip netns add`, no link to the
+  machine's network), so the pod network is there too: the bridge `cni0` (POD_SUBNET, the
+  gateway GATEWAY), every pod's interface (the CNI `bridge` plugin, run by containerd) and
+  kube-proxy's iptables rules, which make Services' ClusterIPs (SERVICE_SUBNET, routed to
+  the bridge) work there. Pods reach each other and the namespace's own addresses, nothing
+  else;
 - the few ways across are relays (tests/netns.py), each from loopback or an address inside
   the namespace to loopback on the other side: the API server (for kubelet and CoreDNS),
   the test registry (for pulls), kubelet's API (for the API server's exec and logs), and
   what a test exposes to the pods with `expose()` (Gantry's live server, at
-  `http://GATEWAY:<port>`);
+  `http://GATEWAY:<port>`) or `reach()`es inside from loopback;
+- `run_inside()` places a process as Gantry's own servers sit in a cluster (the notebook
+  origin): inside the namespace, with a resolv.conf naming the cluster DNS bind-mounted in
+  a mount namespace of its own, its database reached through relays;
 - its address is 127.0.0.1: kubelet is named `127.0.0.1` (a host name that is an IP is
   taken as the node's address with no look-up; `--node-ip` refuses loopback), so the API
   server's calls to kubelet go to loopback and the relay;
@@ -62,7 +67,7 @@ from pathlib import Path
 import yaml
 
 from core.ports import free_port
-from tests.k8s_cluster import BUILD, ClusterUnavailable, KubeCluster
+from tests.k8s_cluster import BUILD, SERVICE_SUBNET, ClusterUnavailable, KubeCluster
 from tests.netns import NetworkNamespace, Relay, inside
 
 NODE_NAME = "127.0.0.1"
@@ -172,6 +177,7 @@ class KubeNode:
         self.netns: NetworkNamespace | None = None
         self.relays: list[Relay] = []
         self.exposed: dict[int, Relay] = {}
+        self.relayed: set[int] = set()  # the machine's loopback ports relayed in
         self.started_seconds: float | None = None
         self.sockets: set[str] = set()  # the shims' (stop() removes them)
 
@@ -339,7 +345,7 @@ state = '{d / "containerd" / "state"}'
         for path in self._cgroups():
             (path / "runtime" / "cgroup.procs").write_text(str(os.getpid()))
 
-    def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> None:
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None, cwd=None) -> None:
         log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 (kept open for the process)
 
         def prepare():
@@ -355,7 +361,7 @@ state = '{d / "containerd" / "state"}'
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            cwd=self.dir,
+            cwd=cwd or self.dir,
             env=env,
             start_new_session=True,
             preexec_fn=prepare,
@@ -409,9 +415,16 @@ state = '{d / "containerd" / "state"}'
         """The namespace, and the relays the node needs: the API server and registries in,
         kubelet's API out (to the same port on the machine's loopback)."""
         self.netns = NetworkNamespace("gantry-node")
-        self._relay_in(self.cluster.ports["apiserver"])
-        for host in self.registry_hosts:
-            self._relay_in(int(host.rsplit(":", 1)[1]))
+        # The bridge the CNI plugin would make with the first pod, made now so the Service
+        # range can be routed to it (kube-proxy's rules rewrite a ClusterIP there).
+        self.netns.ip("link", "add", "cni0", "type", "bridge")
+        self.netns.ip("addr", "add", f"{GATEWAY}/{POD_SUBNET.split('/')[1]}", "dev", "cni0")
+        self.netns.ip("link", "set", "cni0", "up")
+        self.netns.ip("route", "add", SERVICE_SUBNET, "dev", "cni0")
+        self.relayed = {self.cluster.ports["apiserver"]}
+        self.relayed |= {int(host.rsplit(":", 1)[1]) for host in self.registry_hosts}
+        for port in sorted(self.relayed):
+            self._relay_in(port)
         kubelet = self.ports["kubelet"]
         self.relays.append(
             Relay(("127.0.0.1", kubelet), ("127.0.0.1", kubelet), target_ns=self.netns)
@@ -424,6 +437,37 @@ state = '{d / "containerd" / "state"}'
         if port not in self.exposed:  # the bridge (GATEWAY) comes with the first pod
             self.exposed[port] = self._relay_in(port, listen="0.0.0.0")
         return f"http://{GATEWAY}:{port}"
+
+    def reach(self, port: int, outside: int | None = None) -> int:
+        """A port on the machine's loopback (`outside`, or one free) that relays to `port`
+        on the namespace's."""
+        outside = outside or free_port()
+        relay = Relay(("127.0.0.1", outside), ("127.0.0.1", port), target_ns=self.netns)
+        self.relays.append(relay)
+        return outside
+
+    def run_inside(
+        self, name: str, argv: list[str], env: dict, loopback_ports=(), cwd=None
+    ) -> subprocess.Popen:
+        """A process placed as Gantry's own servers are in a cluster: on the cluster's
+        network (inside the namespace, where ClusterIPs work), asking the cluster DNS for
+        names (its own resolv.conf, bind-mounted in a mount namespace of its own), and
+        reaching `loopback_ports` of the machine's loopback (its database) through relays.
+        It runs in the node's cgroup, so stop() ends it if the test did not."""
+        for port in loopback_ports:
+            if port not in self.relayed:
+                self.relayed.add(port)
+                self._relay_in(port)
+        resolv = self.dir / "cluster-resolv.conf"
+        resolv.write_text(
+            f"nameserver {GATEWAY}\nsearch {CLUSTER_DOMAIN}\noptions ndots:5\n"
+        )
+        wrapped = [
+            "unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-c", 'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(resolv), *argv,
+        ]  # fmt: skip
+        self._spawn(name, wrapped, env, cwd=cwd)
+        return self.processes[name]
 
     def start_coredns(self) -> None:
         """The cluster DNS at GATEWAY:53 (listening on the namespace's every address),
@@ -453,6 +497,48 @@ state = '{d / "containerd" / "state"}'
                 return opener.open(f"http://127.0.0.1:{ready}/ready", timeout=2).status == 200
 
         self._wait("coredns", answering)
+
+    def start_kube_proxy(self) -> None:
+        """kube-proxy in iptables mode: Services' ClusterIPs work inside the namespace (its
+        rules are the namespace's own). It leaves the kernel's connection-tracking limits
+        alone (machine-wide) and masquerades all Service traffic, so a pod calling a
+        Service that answers from the same bridge gets its reply back through the rules."""
+        kubeconfig = self.dir / "kube-proxy.kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(self.cluster.kubeconfig_dict()))
+        config = {
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "mode": "iptables",
+            "clusterCIDR": POD_SUBNET,
+            "hostnameOverride": NODE_NAME,
+            "healthzBindAddress": f"127.0.0.1:{free_port()}",
+            "metricsBindAddress": f"127.0.0.1:{free_port()}",
+            "masqueradeAll": True,
+            "conntrack": {
+                "maxPerCore": 0,
+                "tcpEstablishedTimeout": "0s",
+                "tcpCloseWaitTimeout": "0s",
+            },
+            "iptables": {"localhostNodePorts": False},
+        }
+        path = self.dir / "kube-proxy.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self._spawn(
+            "kube-proxy",
+            [str(self.cluster.bin / "kube-proxy"), f"--config={path}", "--v=1"],
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        )
+        healthz = config["healthzBindAddress"]
+
+        def synced() -> bool:
+            import urllib.request
+
+            with inside(self.netns.path):
+                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+                return opener.open(f"http://{healthz}/healthz", timeout=2).status == 200
+
+        self._wait("kube-proxy", synced)
 
     def start_containerd(self) -> None:
         config = self._containerd_config()
@@ -497,6 +583,7 @@ state = '{d / "containerd" / "state"}'
             self.start_containerd()
             self.start_kubelet()
             self.start_coredns()
+            self.start_kube_proxy()
         except BaseException:
             self.stop(keep_logs=True)
             raise
@@ -542,7 +629,7 @@ state = '{d / "containerd" / "state"}'
 
     def stop(self, keep_logs: bool = False) -> None:
         # kubelet first, so it restarts nothing; then every process the node started.
-        for name in ("kubelet", "containerd", "coredns"):
+        for name in ("kubelet", "containerd", "coredns", "kube-proxy"):
             process = self.processes.pop(name, None)
             if process is not None and process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):

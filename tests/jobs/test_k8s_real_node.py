@@ -25,13 +25,15 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from core.ports import free_port
 from tests.jobs.test_k8s_live import Admin, Gantry, platform_documents, server_side_apply
-from tests.k8s_cluster import ClusterUnavailable, KubeCluster
+from tests.k8s_cluster import SERVICE_SUBNET, ClusterUnavailable, KubeCluster
 from tests.k8s_node import GATEWAY, NODE_NAME, POD_SUBNET, KubeNode
 from tests.registry import PASSWORD, USERNAME, missing_tools, start_registry
 
@@ -600,7 +602,9 @@ def test_the_node_keeps_the_network_rule_for_pulls_pods_and_names(real_node):
     assert lines == ["kubernetes.default.svc.cluster.local 10.96.0.1", "example.org unresolved"]
 
     routes = node.netns.ip("-4", "route").splitlines()
-    assert [r.split()[:3] for r in routes] == [[POD_SUBNET, "dev", "cni0"]], routes
+    assert sorted(r.split()[:3] for r in routes) == [
+        [POD_SUBNET, "dev", "cni0"], [SERVICE_SUBNET, "dev", "cni0"]
+    ], routes  # fmt: skip
     links = [line.split(": ")[1].split("@")[0] for line in node.netns.ip("-o", "link").splitlines()]
     assert links[:2] == ["lo", "cni0"] and all(x.startswith("veth") for x in links[2:]), links
     core.delete_namespace(ns)
@@ -646,8 +650,8 @@ def test_a_two_pod_distributed_job_rendezvouses_through_its_headless_service(
     the pod network. The image has no PyTorch (its CUDA wheels run to gigabytes), so the
     two exchange their ranks over plain TCP instead of a gloo all-reduce: the same name,
     port and network a DDP job's process group uses (DDP itself is tested on the local
-    backend). The job's NetworkPolicy is applied; nothing in the test cluster enforces it
-    (no policy-capable network plugin)."""
+    backend). Nothing in the test cluster enforces the job's NetworkPolicy (no
+    policy-capable network plugin)."""
     from jobs.models import LogChunk
 
     _, _, registry, _ = real_node
@@ -671,5 +675,85 @@ def test_a_two_pod_distributed_job_rendezvouses_through_its_headless_service(
     name = pods["0"].spec.subdomain
     assert f"rank 1 reached {name}-0.{name} at {ips['0']} sum 1" in lines, lines
     assert f"rank 0 met rank 1 from {ips['1']}" in lines, lines
-    policies = gantry.admin.networking.list_namespaced_network_policy(ns).items
-    assert [p.metadata.name for p in policies if p.metadata.name == name] == [name]
+
+
+def loopback_ports(*urls: str) -> list[int]:
+    """The ports of those URLs that are on the machine's loopback (a server process inside
+    the node's namespace reaches them through the node's relays)."""
+    from urllib.parse import urlsplit
+
+    found = [urlsplit(url) for url in urls if url]
+    return [u.port for u in found if u.hostname in ("127.0.0.1", "localhost") and u.port]
+
+
+def test_a_notebook_pod_opens_through_the_notebook_origin(
+    gantry, real_node, owner, make_user, settings, tmp_path
+):
+    """A notebook job on the real node, opened as a person opens it: Gantry hands a ticket
+    to the notebook origin (interactive.origin under uvicorn), which forwards to the
+    notebook's Service by its DNS name, `<job>.<namespace>.svc`. The origin runs where it
+    runs in a cluster, on the cluster's network: inside the node's namespace, asking the
+    cluster DNS, its ClusterIP made real by kube-proxy's rules (KubeNode.run_inside); the
+    test's browser reaches it through a relay on loopback. JupyterLab is the image's own.
+    Another tenant's member gets no ticket."""
+    from django.test import Client
+
+    from tests.interactive.notebooks import Browser, served_database_url, wait_until_up
+
+    _, node, registry, _ = real_node
+    project, ns = real_tenant(gantry, owner, registry, "notebook")
+    inside, public = free_port(), free_port()
+    origin = f"http://{{job}}.nb.localhost:{public}"
+    settings.GANTRY_NOTEBOOK_ORIGIN = origin  # Gantry's tickets send the browser there
+    database = served_database_url()
+    env = {
+        **os.environ,
+        "GANTRY_ENV": "development",
+        "DATABASE_URL": database,
+        "GANTRY_DATA_DIR": str(tmp_path / "data"),
+        "SECRET_KEY": settings.SECRET_KEY,
+        "LOG_LEVEL": "WARNING",
+        "GANTRY_URL": settings.GANTRY_URL,
+        "GANTRY_NOTEBOOK_ORIGIN": origin,
+        "GANTRY_NOTEBOOK_TIMEOUT_SECONDS": "10",
+    }
+    argv = [sys.executable, "-m", "uvicorn", "interactive.origin:application", "--host",
+            "127.0.0.1", "--port", str(inside), "--lifespan", "off", "--no-access-log"]  # fmt: skip
+    needs = loopback_ports(database, os.environ.get("REDIS_URL", ""))
+    process = node.run_inside("origin", argv, env, needs, cwd=settings.BASE_DIR)
+    node.reach(inside, public)
+    wait_until_up(f"http://127.0.0.1:{public}/healthz", "origin", process, node.dir / "origin.log")
+
+    job = gantry.submit(owner, project, name="nb", kind="notebook", cpus=1, memory_mb=1024)
+    try:
+        gantry.pump(lambda: (job.refresh_from_db(), job.state == "running")[1],
+                    "the notebook runs", timeout=WAIT, reconcile=job)  # fmt: skip
+        worker = job.worker_set.get()
+        (pod,) = gantry.admin.pods(job)
+        assert worker.host == f"{pod.metadata.name}.{ns}.svc", worker.host
+        assert not pod.spec.host_network
+        client = Client()
+        client.force_login(owner)
+        browser = Browser(public, gantry=client, gantry_url=settings.GANTRY_URL)
+        browser.redeem(job.pk, browser.ticket_for(job.pk))
+        deadline = time.monotonic() + WAIT
+        while (page := browser.request("GET", job.pk, f"/jobs/{job.pk}/lab/lab")).status_code != 200:
+            assert page.status_code == 503, (page.status_code, page.text[:300])  # still starting
+            assert time.monotonic() < deadline, page.text[:300]
+            time.sleep(1)
+        assert "JupyterLab" in page.text
+        status = browser.request("GET", job.pk, f"/jobs/{job.pk}/lab/api/status")
+        assert status.status_code == 200 and "started" in status.json(), status.text[:300]
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\n{diagnosis(real_node, job, ns)}\n--- origin\n{node.log_tail('origin')}"
+        ) from None
+
+    outsider = Client()
+    outsider.force_login(make_user("outsider"))
+    start = browser.request("GET", job.pk, f"/jobs/{job.pk}/lab/lab", headers={"Cookie": ""})
+    assert start.status_code == 302
+    from urllib.parse import urlsplit
+
+    to_gantry = urlsplit(start.headers["location"])
+    assert outsider.get(f"{to_gantry.path}?{to_gantry.query}").status_code == 404
