@@ -32,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from core.ports import free_port
+from tests.datasets.conftest import ceph, s3_storage  # noqa: F401 - this worker's Ceph
 from tests.jobs.test_k8s_live import Admin, Gantry, platform_documents, server_side_apply
 from tests.k8s_cluster import SERVICE_SUBNET, ClusterUnavailable, KubeCluster
 from tests.k8s_node import GATEWAY, NODE_NAME, POD_SUBNET, KubeNode
@@ -67,6 +68,12 @@ probe["token"] = os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount")
 with open(os.path.join(out, "probe.json"), "w") as f:
     json.dump(probe, f)
 """
+
+
+def settings_bucket() -> str:
+    from django.conf import settings
+
+    return settings.STORAGES["default"]["OPTIONS"]["bucket_name"]
 
 
 def unavailable(reason: str):
@@ -254,7 +261,18 @@ def test_the_real_node_is_ready_beside_the_kwok_nodes_on_loopback(real_node):
     assert "localhost/gantry/pause:1" in node.ctr("images", "ls", "-q")
 
 
-def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(gantry, real_node, owner):
+def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(
+    gantry, real_node, owner, request
+):
+    """The digits example in a real pod: its outputs land in Ceph (Gantry's storage on the
+    RADOS Gateway, as a lab configures it), uploaded by the executor through Gantry's API.
+    (A Ceph cluster of this xdist worker's, about 3 s to start: asked for by name, so the
+    module keeps its own xdist group, and one real node per run.)"""
+    import hashlib
+
+    request.getfixturevalue("s3_storage")  # after `gantry`, whose storage it replaces
+
+    from datasets import storage
     from jobs.models import Artifact, LogChunk
 
     _, _, registry, pushed = real_node
@@ -290,6 +308,11 @@ def test_a_training_job_runs_in_a_real_container_with_the_executor_inside(gantry
     artifacts = {a.path: a for a in Artifact.objects.filter(job=job)}
     assert set(artifacts) == {"model.pkl", "probe.json"}
     assert artifacts["model.pkl"].size > 1000
+    model = artifacts["model.pkl"]
+    stored = storage.s3_client().get_object(
+        Bucket=settings_bucket(), Key=model.file.name
+    )["Body"].read()
+    assert len(stored) == model.size and hashlib.sha256(stored).hexdigest() == model.sha256
 
     # The pod's security settings, as the real runtime applied them.
     import json
