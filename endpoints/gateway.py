@@ -22,7 +22,9 @@ The view is async, so a request waiting on a model holds no thread. Who is calli
 what the endpoint serves is read from the database in a worker thread and kept for
 admissions.TTL seconds (endpoints/admissions.py: the staleness bound of a revoked token,
 a deleted endpoint or a moved alias); a repeated call is answered on the event loop with
-no query, through one pooled HTTP client per replica.
+no query, through one pooled HTTP client per replica. On the Kubernetes backend the call
+goes to the served version's Service by its cluster DNS name (rollout.Route.url), through
+one pooled httpx client per event loop.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import aiohttp
+import httpx
 from asgiref.sync import sync_to_async
 from django.core.cache import cache, caches
 from django.core.cache.backends.locmem import LocMemCache
@@ -261,8 +264,41 @@ def _untranslate(content: bytes) -> bytes:
     return json.dumps({"predictions": outputs[0].get("data", [])}).encode()
 
 
+# On Kubernetes a replica is a Service, called by its cluster DNS name
+# (`http://ep-<id>-v<n>.<namespace>.svc:80`, rollout.Route.url) over TCP: one httpx client
+# per event loop, its pool shared by every endpoint (the Service spreads the calls over
+# its pods). SERVICE_TRANSPORT stands in for the network where no cluster can be reached
+# (tests: httpx.MockTransport); None is httpx's own.
+SERVICE_TRANSPORT: httpx.AsyncBaseTransport | None = None
+SERVICE_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+_service_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _service_client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _service_clients.get(loop)
+    if client is None:
+        client = _service_clients[loop] = httpx.AsyncClient(
+            timeout=SERVICE_TIMEOUT,
+            transport=SERVICE_TRANSPORT,
+            limits=httpx.Limits(max_connections=POOL_SIZE, keepalive_expiry=KEEPALIVE_SECONDS),
+        )
+    return client
+
+
+async def _forward_to_service(url: str, call_path: str, method: str, body: bytes,
+                              content_type: str):  # fmt: skip
+    headers = {"content-type": content_type} if content_type else {}
+    response = await _service_client().request(
+        method, f"{url}/{call_path}", content=body or None, headers=headers
+    )
+    return response.status_code, response.content, response.headers.get("content-type")
+
+
 async def _forward(route: rollout.Route, call_path: str, method: str, body: bytes,
                    content_type: str, pooled: bool):  # fmt: skip
+    if route.url:
+        return await _forward_to_service(route.url, call_path, method, body, content_type)
     if pooled:
         return await _client(route.replica).exchange(method, call_path, body, content_type)
     once = _ReplicaClient(route.replica, pooled=False)
@@ -458,12 +494,12 @@ async def _answer(endpoint: Endpoint, route: rollout.Route, call: Call, pooled: 
                 route, target, method, body, content_type, pooled
             )
             break
-        except (aiohttp.ClientError, OSError):  # a timeout is an OSError
+        except (aiohttp.ClientError, httpx.TransportError, OSError):  # a timeout is an OSError
             if attempt:
                 raise Refused(503, "The endpoint's model server did not answer.") from None
             # It stopped (idle, or an old version drained) since it was chosen: once it
             # has gone, ask again (a cold start, or the version that replaced it).
-            await _in_worker(rollout.after_failure, endpoint, route.replica)
+            await _in_worker(rollout.after_failure, endpoint, route)
             route = await _in_worker(_route_afresh, endpoint.pk)
     if status == 422:
         status = 400

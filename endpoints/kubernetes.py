@@ -18,7 +18,7 @@ The pods carry exactly the job pods' security settings, taken from
 `jobs.compute.kubernetes.manifests.pod_spec` itself (non-root uid, RuntimeDefault
 seccomp, every capability dropped, no privilege escalation, read-only root filesystem,
 no service-account token), so the two cannot drift apart. Scaling to zero is the same
-Deployment with `replicas: 0`.
+Deployment with `replicas: 0`. endpoints.k8s applies them to a cluster.
 """
 
 from __future__ import annotations
@@ -73,11 +73,26 @@ class EndpointSpec:
 
 
 def object_name(spec: EndpointSpec) -> str:
-    return m.dns_label(f"ep-{spec.id}-v{spec.version_number}")
+    return version_object_name(spec.id, spec.version_number)
+
+
+def version_object_name(endpoint_id: int, version_number: int) -> str:
+    """The name of the Deployment, Service and NetworkPolicy of one served version."""
+    return m.dns_label(f"ep-{endpoint_id}-v{version_number}")
 
 
 def token_secret_name(spec: EndpointSpec) -> str:
-    return m.dns_label(f"ep-{spec.id}-token")
+    return endpoint_token_secret_name(spec.id)
+
+
+def endpoint_token_secret_name(endpoint_id: int) -> str:
+    """The Secret of the endpoint's read-only token (one for all its versions)."""
+    return m.dns_label(f"ep-{endpoint_id}-token")
+
+
+def service_url(endpoint_id: int, version_number: int, namespace: str) -> str:
+    """Where Gantry's gateway calls one served version: its Service's cluster DNS name."""
+    return f"http://{version_object_name(endpoint_id, version_number)}.{namespace}.svc:80"
 
 
 def labels(spec: EndpointSpec) -> dict[str, str]:

@@ -14,11 +14,18 @@ endpoint's idle time) starts them in the request that finds them down, and that
 request waits for them: the cold start, whose time is kept on the endpoint. A start (or
 a roll's new replicas) that would take the tenant past its quota, with what its jobs and
 other endpoints hold by then, is refused with the quota's message instead.
+
+On the Kubernetes backend (`endpoint.backend == "kubernetes"`, endpoints.k8s) the same
+steps act on Deployments: a start applies the version's Deployment with the endpoint's
+replicas (from zero, or not there yet) and waits for a ready pod; a roll applies the new
+version's, waits until all its replicas are ready, switches, drains and deletes the old
+version's objects; the request goes to the version's Service by its cluster DNS name.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import random
 import threading
 import time
@@ -27,9 +34,11 @@ from dataclasses import dataclass
 from django.core.exceptions import ValidationError
 from django.db import close_old_connections
 
-from endpoints import admissions, local, services
+from endpoints import admissions, k8s, local, services
 from endpoints.models import Endpoint, EndpointState
 from modelhub.models import ModelVersion
+
+logger = logging.getLogger(__name__)
 
 # How long old replicas keep running after the switch, for the requests they hold.
 DRAIN_SECONDS = 2.0
@@ -49,12 +58,26 @@ _rolling_lock = threading.Lock()
 
 @dataclass
 class Route:
-    """Where one request goes."""
+    """Where one request goes: a local replica, or (Kubernetes) a Service's URL."""
 
     version: ModelVersion
-    replica: local.Replica
+    replica: local.Replica | None
     canary: bool
     cold_start_ms: float | None = None
+    url: str = ""
+
+
+def _on_k8s(endpoint: Endpoint) -> bool:
+    return endpoint.backend == "kubernetes"
+
+
+def _to(endpoint: Endpoint, version: ModelVersion, canary: bool, cold=None) -> Route:
+    """The route to `version`: one of its running local replicas, or its Service."""
+    if _on_k8s(endpoint):
+        return Route(version, None, canary, cold, k8s.service_url(endpoint, version.number))
+    replicas = local.replicas_of(endpoint, version.pk)
+    ready = [r for r in replicas if local.running(r)] or replicas
+    return Route(version, random.choice(ready), canary, cold)
 
 
 def route(endpoint: Endpoint) -> Route:
@@ -77,9 +100,7 @@ def route(endpoint: Endpoint) -> Route:
         if serving is None or serving.pk != wanted.pk:
             Endpoint.objects.filter(pk=endpoint.pk).update(**{field: wanted})
             admissions.forget(endpoint.pk)
-    replicas = local.replicas_of(endpoint, version.pk)
-    ready = [r for r in replicas if local.running(r)] or replicas
-    return Route(version, random.choice(ready), use_canary, cold)
+    return _to(endpoint, version, use_canary, cold)
 
 
 def quick_route(endpoint: Endpoint, primary, canary) -> Route | None:
@@ -91,13 +112,19 @@ def quick_route(endpoint: Endpoint, primary, canary) -> Route | None:
     use_canary, wanted, serving, field = _slot(endpoint, primary, canary)
     if serving is None:
         return None
-    running = [r for r in local.replicas_of(endpoint, serving.pk) if _seen_running(r)]
-    if not running:
-        return None
+    if _on_k8s(endpoint):
+        if not k8s.seen_up(endpoint.pk, serving.number):
+            return None
+        route = Route(serving, None, use_canary, url=k8s.service_url(endpoint, serving.number))
+    else:
+        running = [r for r in local.replicas_of(endpoint, serving.pk) if _seen_running(r)]
+        if not running:
+            return None
+        route = Route(serving, random.choice(running), use_canary)
     if serving.pk != wanted.pk:
         _roll_later(endpoint.pk, "canary" if use_canary else "primary", field, serving.pk,
                     wanted.pk)  # fmt: skip
-    return Route(serving, random.choice(running), use_canary)
+    return route
 
 
 def _seen_running(replica: local.Replica) -> bool:
@@ -121,10 +148,15 @@ def _slot(endpoint: Endpoint, primary: ModelVersion, canary: ModelVersion | None
     return use_canary, canary if use_canary else primary, getattr(endpoint, field), field
 
 
-def after_failure(endpoint: Endpoint, replica: local.Replica, wait: float = 10.0) -> None:
+def after_failure(endpoint: Endpoint, route: Route, wait: float = 10.0) -> None:
     """A replica that did not answer: wait (at most `wait` s) until its process is gone
     unless it answers ready again; what this process knew of the endpoint is forgotten
-    (a roll may have moved it)."""
+    (a roll may have moved it). On Kubernetes, what this process saw of the version."""
+    replica = route.replica
+    if replica is None:
+        k8s.forget(endpoint.pk, route.version.number)
+        admissions.forget(endpoint.pk)
+        return
     _running_until.pop(replica, None)
     deadline = time.monotonic() + wait
     while local.running(replica) and not local.ready(replica, endpoint.name):
@@ -136,11 +168,20 @@ def after_failure(endpoint: Endpoint, replica: local.Replica, wait: float = 10.0
 
 
 def _up(endpoint: Endpoint, version: ModelVersion) -> bool:
+    if _on_k8s(endpoint):
+        try:
+            return k8s.up(endpoint, version)
+        except k8s.ClusterProblem as exc:  # the reason on the page too, not only the 503
+            Endpoint.objects.filter(pk=endpoint.pk).update(
+                state_reason=f"v{version.number}: {exc}"[:500]
+            )
+            raise
     return any(local.running(r) for r in local.replicas_of(endpoint, version.pk))
 
 
-def _cold_start(endpoint: Endpoint, version: ModelVersion) -> float:
-    """Start the version's replicas and wait until one answers; the milliseconds it took."""
+def _cold_start(endpoint: Endpoint, version: ModelVersion, wait_for: int = 1) -> float:
+    """Start the version's replicas and wait until one answers (`wait_for` of them on
+    Kubernetes); the milliseconds it took."""
     failed = _failures.get((endpoint.pk, version.pk))
     if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_FAILURE:
         wait = RETRY_AFTER_FAILURE - (time.monotonic() - failed[0])
@@ -155,11 +196,14 @@ def _cold_start(endpoint: Endpoint, version: ModelVersion) -> float:
     Endpoint.objects.filter(pk=endpoint.pk).update(
         state=EndpointState.STARTING, state_reason=f"starting v{version.number}"
     )
-    replicas = local.replicas_of(endpoint, version.pk)
     try:
-        for replica in replicas:
-            local.start(endpoint, version, replica)
-        local.wait_ready(replicas[0], endpoint.name)
+        if _on_k8s(endpoint):
+            k8s.start(endpoint, version, wait_for)
+        else:
+            replicas = local.replicas_of(endpoint, version.pk)
+            for replica in replicas:
+                local.start(endpoint, version, replica)
+            local.wait_ready(replicas[0], endpoint.name)
     except (local.ReplicaError, ValueError, OSError) as exc:
         _failures[(endpoint.pk, version.pk)] = (time.monotonic(), str(exc))
         Endpoint.objects.filter(pk=endpoint.pk).update(
@@ -213,8 +257,11 @@ def _roll(endpoint_pk: int, slot: str, field: str, old_pk: int, new_pk: int) -> 
 
 
 def roll_to(endpoint: Endpoint, field: str, old_pk: int, new: ModelVersion) -> None:
+    """Start `new` (on Kubernetes: all its replicas ready), switch the slot from `old_pk`,
+    drain, and stop the old version's replicas (delete its objects) unless the other slot
+    serves it."""
     try:
-        _cold_start(endpoint, new)
+        _cold_start(endpoint, new, wait_for=endpoint.replicas)
     except local.ReplicaError:
         return  # the old version goes on answering; the endpoint's state says why
     switched = Endpoint.objects.filter(pk=endpoint.pk, **{f"{field}_id": old_pk}).update(
@@ -225,20 +272,55 @@ def roll_to(endpoint: Endpoint, field: str, old_pk: int, new: ModelVersion) -> N
     admissions.forget(endpoint.pk)
     time.sleep(DRAIN_SECONDS)
     endpoint.refresh_from_db()
-    if old_pk not in (endpoint.serving_version_id, endpoint.canary_serving_version_id):
-        for replica in local.replicas_of(endpoint, old_pk):
-            local.stop(replica)
+    if old_pk in (endpoint.serving_version_id, endpoint.canary_serving_version_id):
+        return
+    if _on_k8s(endpoint):
+        old = ModelVersion.objects.filter(pk=old_pk).values_list("number", flat=True).first()
+        if old is not None:
+            try:
+                k8s.remove_version(endpoint.pk, endpoint.project.tenant.slug, old)
+            except Exception as exc:
+                Endpoint.objects.filter(pk=endpoint.pk).update(
+                    state_reason=f"v{old}'s objects not deleted: {exc}"[:500]
+                )
+        return
+    for replica in local.replicas_of(endpoint, old_pk):
+        local.stop(replica)
 
 
-def stop_replicas(endpoint_pk: int) -> int:
-    return local.stop_all(endpoint_pk)
+def stop_replicas(endpoint_pk: int, backend: str = "local", tenant_slug: str = "") -> int:
+    """Stop a (deleted) endpoint's replicas; on Kubernetes, delete its objects in its
+    tenant's namespace. A cluster that does not answer is logged: the endpoint is gone."""
+    stopped = local.stop_all(endpoint_pk)
+    if backend == "kubernetes":
+        try:
+            stopped += k8s.delete_objects(endpoint_pk, tenant_slug)
+        except Exception as exc:
+            logger.warning(
+                "endpoint %s's objects in the cluster not deleted: %s",
+                endpoint_pk,
+                k8s.describe_error(exc, "default"),
+            )
+    return stopped
 
 
 def live_state(endpoint: Endpoint) -> str:
-    """The state to show: a ready endpoint whose replicas all stopped (idle) is scaled
-    to zero, whatever the row last said."""
+    """The state to show (`live_status`'s)."""
+    return live_status(endpoint)[0]
+
+
+def live_status(endpoint: Endpoint) -> tuple[str, str]:
+    """(state, replicas in words) to show: a ready endpoint whose replicas all stopped
+    (idle) is scaled to zero, whatever the row last said. On Kubernetes both come from
+    its Deployments' status ("2/2 replicas ready", "scaled to zero", "starting: 0/2
+    ready"); the words are empty on the local backend."""
+    if _on_k8s(endpoint):
+        if endpoint.state == EndpointState.FAILED:
+            return endpoint.state, ""
+        state, words = k8s.live(endpoint)
+        return state or endpoint.state, words
     if endpoint.state == EndpointState.READY:
         versions = {endpoint.serving_version_id, endpoint.canary_serving_version_id} - {None}
         if not any(local.running(r) for v in versions for r in local.replicas_of(endpoint, v)):
-            return EndpointState.SCALED_TO_ZERO
-    return endpoint.state
+            return EndpointState.SCALED_TO_ZERO, ""
+    return endpoint.state, ""

@@ -227,16 +227,17 @@ def update_endpoint(actor, endpoint: Endpoint, **fields) -> Endpoint:
 
 
 def delete_endpoint(actor, endpoint: Endpoint) -> None:
-    """Delete the endpoint and stop its replicas (their requests' log goes with it)."""
+    """Delete the endpoint and stop its replicas (their requests' log goes with it); on
+    Kubernetes, its objects in the cluster are deleted."""
     from endpoints import rollout
 
     require(actor, "endpoint.manage", endpoint)
-    pk = endpoint.pk
+    pk, backend, tenant_slug = endpoint.pk, endpoint.backend, endpoint.project.tenant.slug
     with transaction.atomic():
         audit.record(actor, "endpoint.delete", endpoint)
         Endpoint.objects.filter(pk=pk).delete_locked()
     admissions.forget(pk)
-    rollout.stop_replicas(pk)
+    rollout.stop_replicas(pk, backend, tenant_slug)
 
 
 def lock_before_cascade(deleting) -> None:
@@ -249,15 +250,20 @@ def lock_before_cascade(deleting) -> None:
     path = under.get(deleting.model)
     if path is None:
         return
-    pks = Endpoint.objects.filter(**{path: deleting}).lock_for_delete()
+    endpoints = Endpoint.objects.filter(**{path: deleting})
+    pks = endpoints.lock_for_delete()
+    if not pks:
+        return
+    # Where each runs, read now: the rows are gone when their objects are deleted.
+    where = endpoints.filter(pk__in=pks).values_list("pk", "backend", "project__tenant__slug")
+    where = {pk: (backend, slug) for pk, backend, slug in where}
 
     def stop() -> None:
         for pk in pks:
             admissions.forget(pk)
-            rollout.stop_replicas(pk)
+            rollout.stop_replicas(pk, *where.get(pk, ("local", "")))
 
-    if pks:
-        transaction.on_commit(stop, using=deleting.db)
+    transaction.on_commit(stop, using=deleting.db)
 
 
 def create_endpoint_token(actor, endpoint: Endpoint, name: str) -> tuple[EndpointToken, str]:

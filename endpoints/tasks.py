@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from endpoints import local
+from endpoints import k8s, local
+from endpoints.models import Endpoint
 
 SCHEDULES = {"endpoints.replicas": ("endpoints.tasks.record_replicas", 1)}
 
 
 def record_replicas() -> dict:
     """When replicas ran, for usage reports: those that stopped by themselves (scaled to
-    zero, exited) closed, those running seen (endpoints.local.record_replicas)."""
-    return local.record_replicas()
+    zero, exited) closed, those running seen (endpoints.local.record_replicas). A local
+    replica scales itself to zero after its idle time; on Kubernetes this pass does it
+    (endpoints.k8s.scale_idle)."""
+    done = local.record_replicas()
+    if Endpoint.objects.filter(backend="kubernetes", idle_seconds__gt=0).exists():
+        done.update(k8s.scale_idle())
+    return done

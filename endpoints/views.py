@@ -42,8 +42,10 @@ class EndpointDetailView(ObjectDetailView):
     def get_extra_context(self, endpoint):
         user = self.request.user
         url = self.request.build_absolute_uri(endpoint.gateway_path)
+        state, replicas_now = rollout.live_status(endpoint)
         return {
-            "state": rollout.live_state(endpoint),
+            "state": state,
+            "replicas_now": replicas_now,
             "gateway_url": url,
             "example": EXAMPLE,
             "versions": traffic.summary(endpoint),

@@ -7,8 +7,15 @@ from endpoints import local
 from jobs.compute.local import process_start_time
 
 # The Kubernetes control plane of the live tests (tests/k8s_cluster.py, started once per
-# worker): the endpoint's objects run on the same one the jobs' do.
-from tests.jobs.test_k8s_live import kube  # noqa: F401
+# worker): the endpoint's objects run on the same one the jobs' do, applied by Gantry as
+# the ServiceAccount of platform/k8s/ (`gantry`), read back by the cluster's `admin`.
+from tests.jobs.test_k8s_live import (  # noqa: F401
+    admin,
+    gantry,
+    gantry_kubeconfig,
+    kube,
+    tenant_project,
+)
 
 
 @pytest.fixture

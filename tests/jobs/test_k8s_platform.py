@@ -36,7 +36,7 @@ def test_rbac_is_least_privilege():
         for group in rule["apiGroups"]
         for resource in rule["resources"]
     }
-    assert grants[("", "secrets")] == {"create", "patch"}  # never read back
+    assert grants[("", "secrets")] == {"create", "patch", "delete"}  # never read back
     assert grants[("", "nodes")] == {"get", "list", "watch"}
     assert "*" not in {v for verbs in grants.values() for v in verbs}
     assert not any("*" in key for key in grants)
