@@ -50,9 +50,10 @@ READY_TIMEOUT = 120.0
 POLL_SECONDS = 0.25
 TOKEN_NAME = "endpoint {} on Kubernetes (model download)"
 # A version seen with a ready pod is routed to without asking the cluster for this long
-# (the gateway's quick path); a call that then finds it gone is routed afresh.
+# (the gateway's quick path, on the event loop: no query, no API call); a call that then
+# finds it gone is routed afresh. (endpoint id, version number) -> (until, Service URL).
 SEEN_READY_SECONDS = 5.0
-_seen_ready: dict[tuple[int, int], float] = {}
+_seen_ready: dict[tuple[int, int], tuple[float, str]] = {}
 
 
 class ClusterProblem(ReplicaError):
@@ -291,23 +292,29 @@ def replicas(endpoint: Endpoint, version_number: int) -> tuple[int, int] | None:
 
 def up(endpoint: Endpoint, version) -> bool:
     """Whether a pod of the version is ready (asked of the cluster; remembered for
-    SEEN_READY_SECONDS for `seen_up`). A running Deployment whose replicas are not the
+    SEEN_READY_SECONDS for `seen_url`). A running Deployment whose replicas are not the
     endpoint's (changed since it started) is applied again with the endpoint's."""
     state = replicas(endpoint, version.number)
     ready = state is not None and state[0] > 0 and state[1] > 0
     if ready and state[0] != endpoint.replicas:
         apply_version(endpoint, version, endpoint.replicas)
     if ready:
-        _seen_ready[(endpoint.pk, version.number)] = time.monotonic() + SEEN_READY_SECONDS
+        _seen(endpoint, version.number)
     else:
         _seen_ready.pop((endpoint.pk, version.number), None)
     return ready
 
 
-def seen_up(endpoint_pk: int, version_number: int) -> bool:
-    """`up` as last seen by this process, without asking the cluster (the event loop's
-    quick path); False once SEEN_READY_SECONDS have passed."""
-    return _seen_ready.get((endpoint_pk, version_number), 0.0) > time.monotonic()
+def _seen(endpoint: Endpoint, version_number: int) -> None:
+    url = service_url(endpoint, version_number)
+    _seen_ready[(endpoint.pk, version_number)] = (time.monotonic() + SEEN_READY_SECONDS, url)
+
+
+def seen_url(endpoint_pk: int, version_number: int) -> str | None:
+    """The version's Service URL if this process saw a ready pod of it within
+    SEEN_READY_SECONDS (`up`), else None; asks neither the database nor the cluster."""
+    until, url = _seen_ready.get((endpoint_pk, version_number), (0.0, ""))
+    return url if until > time.monotonic() else None
 
 
 def forget(endpoint_pk: int, version_number: int) -> None:
@@ -322,7 +329,7 @@ def start(endpoint: Endpoint, version, wait_for: int = 1) -> None:
     while True:
         state = replicas(endpoint, version.number)
         if state is not None and state[1] >= min(wait_for, endpoint.replicas):
-            _seen_ready[(endpoint.pk, version.number)] = time.monotonic() + SEEN_READY_SECONDS
+            _seen(endpoint, version.number)
             return
         if time.monotonic() > deadline:
             ready = state[1] if state else 0

@@ -113,9 +113,10 @@ def quick_route(endpoint: Endpoint, primary, canary) -> Route | None:
     if serving is None:
         return None
     if _on_k8s(endpoint):
-        if not k8s.seen_up(endpoint.pk, serving.number):
+        url = k8s.seen_url(endpoint.pk, serving.number)  # on the event loop: no query
+        if url is None:
             return None
-        route = Route(serving, None, use_canary, url=k8s.service_url(endpoint, serving.number))
+        route = Route(serving, None, use_canary, url=url)
     else:
         running = [r for r in local.replicas_of(endpoint, serving.pk) if _seen_running(r)]
         if not running:

@@ -232,10 +232,14 @@ def test_idle_scales_to_zero_and_the_first_request_scales_back(
     assert deployment(admin, endpoint, 1).spec.replicas == 2
     until(lambda: (deployment(admin, endpoint, 1).status.ready_replicas or 0) == 2, "2 ready")
     assert fresh(endpoint).state == EndpointState.READY
+    # The next call takes the quick path (seen ready: no query, no API call on the loop).
+    again = asyncio.run(gateway.handle(lambda: fresh(endpoint), call))
+    assert again.status == 200 and "Gantry-Cold-Start-Ms" not in again.headers
+    assert called[1] == called[0]
     # The request is recorded: the idle time counts from it.
     traffic.flush()
-    asked = fresh(endpoint).requests.get()
-    assert asked.cold_start
+    asked = fresh(endpoint).requests.order_by("at", "pk").last()
+    assert [r.cold_start for r in fresh(endpoint).requests.order_by("at", "pk")] == [True, False]
     later = asked.at + timedelta(seconds=59)
     assert k8s.scale_idle(now=later)["scaled_to_zero"] == 0
     assert deployment(admin, endpoint, 1).spec.replicas == 2
