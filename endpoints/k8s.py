@@ -169,14 +169,19 @@ def apply_version(endpoint: Endpoint, version, replicas: int) -> str:
         spec = spec_of(endpoint, version, replicas)
         deployment = ek.deployment(spec, cfg)
         name = deployment["metadata"]["name"]
-        current = read(conn, namespace, name)
-        # When it was scaled up, kept while it runs: a changed annotation is a new
-        # generation of a Deployment, and applying what runs must change nothing.
-        scaled_up = _scaled_up_at(current) if current and current.spec.replicas else None
-        if replicas:
-            at = (scaled_up or timezone.now()).isoformat()
-            deployment["metadata"]["annotations"] = {SCALED_UP_AT: at}
         with transaction.atomic():
+            # One apply of an endpoint at a time (its row locked, on PostgreSQL): two web
+            # processes starting it together make one token, not two.
+            locked = Endpoint.objects.select_for_update().filter(pk=endpoint.pk)
+            if not locked.values_list("pk", flat=True):
+                raise ClusterProblem("the endpoint was deleted")
+            current = read(conn, namespace, name)
+            # When it was scaled up, kept while it runs: a changed annotation is a new
+            # generation of a Deployment, and applying what runs must change nothing.
+            scaled_up = _scaled_up_at(current) if current and current.spec.replicas else None
+            if replicas:
+                at = (scaled_up or timezone.now()).isoformat()
+                deployment["metadata"]["annotations"] = {SCALED_UP_AT: at}
             if current is None or not _tokens(endpoint).exists():
                 _write_token(conn, cfg, spec, endpoint)
             for manifest in (deployment, ek.service(spec, cfg), ek.network_policy(spec, cfg)):
