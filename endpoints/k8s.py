@@ -26,6 +26,7 @@ import logging
 import time
 from datetime import datetime
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Max
@@ -97,6 +98,7 @@ def spec_of(endpoint: Endpoint, version, replicas: int) -> ek.EndpointSpec:
         cpus=endpoint.cpus,
         memory_mb=endpoint.memory_mb,
         gpus=endpoint.gpus,
+        image=settings.GANTRY_K8S_ENDPOINT_IMAGE,
     )
 
 

@@ -4,7 +4,8 @@ functions from plain values to manifests (nothing here talks to a cluster).
 In the tenant's namespace (`gantry-<tenant>`), for each version an endpoint serves:
 
 * a Deployment `ep-<endpoint id>-v<version>` with the endpoint's replicas, whose pods
-  run MLServer (the serving image, `ENDPOINT_IMAGE`) on the model's files: an init
+  run MLServer (the serving image: GANTRY_K8S_ENDPOINT_IMAGE, `ENDPOINT_IMAGE` by
+  default; platform/images/serving) on the model's files: an init
   container fetches them from Gantry's API (GET /api/v1/model-versions/<id>/ and its
   download/) with a read-only API token limited to the project (a Secret) into an
   emptyDir, the server reads them read-only; readiness is MLServer's own
@@ -49,9 +50,29 @@ for item in listing["files"]:
     query = urllib.parse.urlencode({"path": item["path"]})
     with get(f"{api}/api/v1/model-versions/{version}/download/?{query}") as source, open(path, "wb") as out:
         out.write(source.read())
-settings = {"name": name, "implementation": "mlserver_sklearn.SKLearnModel",
+with open("/mnt/model/gantry_runtime.py", "w") as out:
+    out.write(os.environ["RUNTIME"])
+settings = {"name": name, "implementation": "gantry_runtime.CheckedSKLearnModel",
             "parameters": {"uri": os.environ["MODEL_FILE"], "version": "v" + number}}
 json.dump(settings, open("/mnt/model/model-settings.json", "w"))
+"""
+
+# MLServer's scikit-learn runtime with the model's refusal of a payload (wrong number of
+# features, values that are not numbers) answered as the client's error, 400 with
+# scikit-learn's message, where MLServer answers a bare 500: the local backend's
+# CheckedSKLearnModel (endpoints/runtime/serve_model.py). Written beside
+# model-settings.json, where MLServer imports a model's custom runtime from.
+RUNTIME = """\
+from mlserver.errors import InferenceError
+from mlserver_sklearn import SKLearnModel
+
+
+class CheckedSKLearnModel(SKLearnModel):
+    async def predict(self, payload):
+        try:
+            return await super().predict(payload)
+        except (ValueError, TypeError, IndexError) as exc:
+            raise InferenceError(str(exc)) from exc
 """
 
 
@@ -147,6 +168,7 @@ def deployment(spec: EndpointSpec, cfg: m.ManifestConfig) -> dict:
             {"name": "MODEL_NUMBER", "value": str(spec.version_number)},
             {"name": "MODEL_NAME", "value": spec.name},
             {"name": "MODEL_FILE", "value": f"{MODEL_DIR}/{spec.model_file}"},
+            {"name": "RUNTIME", "value": RUNTIME},
         ],
         "resources": _resources(spec) if not spec.gpus else {},
         "volumeMounts": [*mounts, {"name": "token", "mountPath": m.TOKEN_DIR, "readOnly": True}],
@@ -162,6 +184,10 @@ def deployment(spec: EndpointSpec, cfg: m.ManifestConfig) -> dict:
         "env": [
             {"name": "MLSERVER_HTTP_PORT", "value": str(PORT)},
             {"name": "MLSERVER_METRICS_ENDPOINT", "value": ""},
+            # Inference in the server's own process, as the local backend's replicas run
+            # (endpoints/runtime/serve_model.py): MLServer 1.7.1's worker processes ask
+            # uvloop for an event loop before there is one and die on start.
+            {"name": "MLSERVER_PARALLEL_WORKERS", "value": "0"},
             {"name": "HOME", "value": "/tmp"},
         ],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],

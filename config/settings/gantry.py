@@ -175,6 +175,11 @@ GANTRY_IMAGE_BUILD_MEMORY_MB = setting("int", "GANTRY_IMAGE_BUILD_MEMORY_MB", 40
 # API creates of admitted jobs run in this many threads at once (one client each).
 GANTRY_K8S_LAUNCH_CONCURRENCY = setting("int", "GANTRY_K8S_LAUNCH_CONCURRENCY", 16)
 GANTRY_K8S_DEFAULT_IMAGE = setting("str", "GANTRY_K8S_DEFAULT_IMAGE", "gantry/pytorch:latest")
+# The image of endpoints' pods on Kubernetes (MLServer with its scikit-learn runtime and
+# `python`: platform/images/serving, built by platform/dev/images-build).
+GANTRY_K8S_ENDPOINT_IMAGE = setting(
+    "str", "GANTRY_K8S_ENDPOINT_IMAGE", "docker.io/seldonio/mlserver:1.7.1-sklearn"
+)
 # The address executors inside the cluster use to reach Gantry (often a Service name).
 GANTRY_K8S_API_URL = setting("str", "GANTRY_K8S_API_URL", GANTRY_URL).rstrip("/")
 # The namespace Gantry itself runs in: only it may reach notebook pods (NetworkPolicy).

@@ -4,6 +4,7 @@ control plane the suite starts (kwok's nodes: no container really runs)."""
 
 from __future__ import annotations
 
+import ast
 import time
 
 import kubernetes_validate
@@ -62,6 +63,26 @@ def test_gpus_are_requested_and_replicas_follow_the_request():
     assert limits[m.GPU_RESOURCE] == "1"
     scaled_to_zero = ek.deployment(ek.EndpointSpec(**{**SPEC.__dict__, "replicas": 0}), CFG)
     assert scaled_to_zero["spec"]["replicas"] == 0
+
+
+def test_the_server_runs_inference_in_its_own_process():
+    """MLServer 1.7.1's parallel workers die on start in a real pod (each asks uvloop for an
+    event loop before there is one): the server infers in its own process, as the local
+    backend's replicas do (tests/jobs/test_k8s_real_node.py runs the pod)."""
+    server = ek.deployment(SPEC, CFG)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in server["env"]}
+    assert env["MLSERVER_PARALLEL_WORKERS"] == "0"
+
+
+def test_a_payload_the_model_refuses_is_the_callers_error_as_on_the_local_backend():
+    """The init container writes the local backend's checked scikit-learn runtime beside
+    model-settings.json and names it there (a bare MLServer answers a refused payload
+    with 500; tests/jobs/test_k8s_real_node.py calls the pod with one)."""
+    fetch = ek.deployment(SPEC, CFG)["spec"]["template"]["spec"]["initContainers"][0]
+    env = {e["name"]: e["value"] for e in fetch["env"]}
+    module = ast.parse(env["RUNTIME"], "gantry_runtime.py")  # MLServer is not here
+    assert [c.name for c in module.body if isinstance(c, ast.ClassDef)] == ["CheckedSKLearnModel"]
+    assert '"gantry_runtime.CheckedSKLearnModel"' in ek.FETCH
 
 
 @pytest.mark.k8s_live

@@ -780,3 +780,184 @@ def test_a_notebook_pod_opens_through_the_notebook_origin(
 
     to_gantry = urlsplit(start.headers["location"])
     assert outsider.get(f"{to_gantry.path}?{to_gantry.query}").status_code == 404
+
+
+def serving_image(flags: list[str]) -> str:
+    """The serving image's reference in buildah's storage (platform/dev/images-build)."""
+    env = dict(
+        line.split("=", 1)
+        for line in subprocess.run(
+            [str(IMAGES_BUILD), "--env"], check=True, capture_output=True, text=True
+        ).stdout.splitlines()
+    )
+    image = env["GANTRY_SERVING_IMAGE"]
+    found = subprocess.run(
+        ["buildah", *flags, "inspect", "--type", "image", image], capture_output=True
+    )
+    if found.returncode != 0:
+        unavailable(f"{image} is not built: run platform/dev/images-build")
+    return image
+
+
+def test_an_endpoint_on_the_real_node_answers_through_gantrys_gateway(
+    gantry, real_node, owner, settings, tmp_path
+):
+    """An endpoint on the Kubernetes backend served as it is in production: its
+    Deployment's pod runs MLServer (the serving image platform/dev/images-build makes,
+    pulled from the test registry) on the real node, its init container fetching the
+    model's files from Gantry's API with the endpoint's read-only token; Gantry's ASGI
+    app (uvicorn config.asgi) runs where it runs in a cluster, inside the node's
+    namespace (KubeNode.run_inside), and its gateway starts the Deployment on the first
+    request and forwards a KServe v2 inference call to the version's Service by its DNS
+    name. The answer is the model's own predictions."""
+    import pickle
+
+    from accounts.models import ApiToken
+    from cluster.models import KubernetesCluster
+    from endpoints import kubernetes as ek
+    from endpoints import services
+    from modelhub import services as hub
+    from tests.endpoints.builders import train_digits_models, upload_mlflow_folder
+    from tests.interactive.notebooks import served_database_url, wait_until_up
+
+    _, node, registry, _ = real_node
+    image = serving_image(python_image()[1])
+    pushed = f"{registry.host}/gantry/serving:{image.rsplit(':', 1)[1]}"
+    begun = time.monotonic()
+    subprocess.run(
+        ["buildah", *python_image()[1], "push", "--quiet", "--tls-verify=false", "--creds",
+         f"{USERNAME}:{PASSWORD}", image, f"docker://{pushed}"],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    print(f"serving image pushed in {time.monotonic() - begun:.1f} s")
+
+    project, ns = real_tenant(gantry, owner, registry, "serve")
+    sample = train_digits_models(tmp_path / "models")
+    model = hub.create_model(owner, project, name="digits")
+    version = upload_mlflow_folder(owner, model, tmp_path / "models" / "v1")
+    endpoint = services.create_endpoint(
+        owner, project, name="digits", model=model, version=version.number
+    )
+    assert endpoint.backend == "kubernetes"
+    _, secret = services.create_endpoint_token(owner, endpoint, "test")
+    with open(tmp_path / "models" / "v1" / "model.pkl", "rb") as f:
+        expected = [int(p) for p in pickle.load(f).predict(sample["rows"])]
+
+    inside, public = free_port(), free_port()
+    database = served_database_url()
+    env = {
+        **os.environ,
+        "GANTRY_ENV": "development",
+        "DATABASE_URL": database,
+        "GANTRY_DATA_DIR": str(tmp_path),  # its files: tmp_path/files, as `gantry` stores
+        "SECRET_KEY": settings.SECRET_KEY,
+        "LOG_LEVEL": "WARNING",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "GANTRY_URL": settings.GANTRY_URL,
+        "GANTRY_JOB_BACKEND": "kubernetes",
+        "GANTRY_K8S_API_URL": settings.GANTRY_K8S_API_URL,
+        "GANTRY_K8S_ENDPOINT_IMAGE": pushed,
+        "GANTRY_K8S_IMAGE_PULL_SECRETS": "gantry-registry",
+        "GANTRY_K8S_HOST_NETWORK": "false",
+    }
+    needs = loopback_ports(database, os.environ.get("REDIS_URL", ""))
+    # The cluster Gantry's processes use there is the row the `gantry` fixture made.
+    probe = (
+        "import django, hashlib; django.setup(); "
+        "from jobs.compute import get_backend; ref = get_backend('kubernetes').default_cluster(); "
+        "print(ref.name, hashlib.sha256(ref.kubeconfig.encode()).hexdigest())"
+    )
+    env_probe = {**env, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    node.run_inside("cluster-probe", [sys.executable, "-c", probe], env_probe, needs,
+                    cwd=settings.BASE_DIR).wait(timeout=60)  # fmt: skip
+    import hashlib
+
+    row = KubernetesCluster.objects.get(is_default=True)
+    said = node.log_tail("cluster-probe", 1).strip().split()
+    assert said == [row.name, hashlib.sha256(row.kubeconfig.encode()).hexdigest()], said
+
+    argv = [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host",
+            "127.0.0.1", "--port", str(inside), "--lifespan", "off", "--no-access-log"]  # fmt: skip
+    process = node.run_inside("gantry-web", argv, env, needs, cwd=settings.BASE_DIR)
+    node.reach(inside, public)
+    wait_until_up(f"http://127.0.0.1:{public}/healthz", "gantry", process,
+                  node.dir / "gantry-web.log")  # fmt: skip
+
+    import httpx
+
+    url = f"http://127.0.0.1:{public}/serve/serve/p/digits/v2/models/digits/infer"
+    rows = sample["rows"]
+    body = {"inputs": [{"name": "input-0", "shape": [len(rows), 64], "datatype": "FP64",
+                        "data": [v for r in rows for v in r]}]}  # fmt: skip
+    headers = {"Authorization": f"Bearer {secret}"}
+    selector = f"{ek.LABEL_ENDPOINT}={endpoint.pk}"
+
+    def said_so() -> str:
+        from kubernetes import client
+
+        core = client.CoreV1Api(real_node[0].client())
+        pods = core.list_namespaced_pod(ns, label_selector=selector).items
+        events = [f"{e.involved_object.name} {e.reason}: {e.message}"
+                  for e in core.list_namespaced_event(ns).items]  # fmt: skip
+        logs = []
+        for p in pods:
+            for c in ("fetch-model", "mlserver"):
+                try:
+                    logs.append(f"--- {p.metadata.name}/{c}\n" + core.read_namespaced_pod_log(
+                        p.metadata.name, ns, container=c, tail_lines=30))
+                except Exception as exc:  # diagnosis only
+                    logs.append(f"--- {p.metadata.name}/{c}: {exc}")
+        return "\n".join([
+            *(f"pod {p.metadata.name} {p.status.phase} {p.status.init_container_statuses} "
+              f"{p.status.container_statuses}" for p in pods),
+            *events, *logs,
+            "--- gantry", node.log_tail("gantry-web", 40),
+            "--- kubelet", node.log_tail("kubelet", 20),
+        ])  # fmt: skip
+
+    begun = time.monotonic()
+    deadline = begun + WAIT + 60
+    while True:
+        answer = httpx.post(url, json=body, headers=headers, timeout=WAIT + 60)
+        if answer.status_code == 200:
+            break
+        assert answer.status_code == 503, (answer.status_code, answer.text[:500], said_so())
+        assert time.monotonic() < deadline, (answer.text[:500], said_so())
+        time.sleep(1)
+    cold = time.monotonic() - begun
+    print(f"cold start: first request to answer in {cold:.1f} s")
+    (output,) = answer.json()["outputs"]
+    assert [int(p) for p in output["data"]] == expected, (output, expected)
+    assert answer.headers["Gantry-Model-Version"] == f"v{version.number}"
+    again = httpx.post(url, json=body, headers=headers, timeout=30)
+    assert again.status_code == 200 and again.json()["outputs"][0]["data"] == output["data"]
+    # A payload the model refuses is the caller's error, with scikit-learn's words.
+    three = {"inputs": [{"name": "input-0", "shape": [1, 3], "datatype": "FP64",
+                         "data": [1.0, 2.0, 3.0]}]}  # fmt: skip
+    refused = httpx.post(url, json=three, headers=headers, timeout=30)
+    assert refused.status_code == 400, (refused.status_code, refused.text[:300])
+    assert "expecting 64 features" in refused.text, refused.text[:300]
+    # Another endpoint's token reaches nothing.
+    assert httpx.post(url, json=body, timeout=30,
+                      headers={"Authorization": "Bearer gep_nope"}).status_code == 401  # fmt: skip
+
+    (pod,) = gantry.admin.core.list_namespaced_pod(ns, label_selector=selector).items
+    at = {c.type: c.last_transition_time for c in pod.status.conditions}
+    print(
+        f"of which pod scheduled to initialized (image pulled, model fetched) "
+        f"{(at['Initialized'] - at['PodScheduled']).total_seconds():.0f} s, "
+        f"initialized to ready (MLServer up, model loaded) "
+        f"{(at['Ready'] - at['Initialized']).total_seconds():.0f} s"
+    )
+    # The gateway's process made the download token, in the test's database.
+    assert ApiToken.objects.active().filter(name=f"endpoint {endpoint.pk} on Kubernetes "
+                                            "(model download)").count() == 1  # fmt: skip
+    assert pod.spec.node_name == NODE_NAME and not pod.spec.host_network
+    assert ipaddress.ip_address(pod.status.pod_ip) in ipaddress.ip_network(POD_SUBNET)
+    assert pod.spec.security_context.run_as_non_root and pod.spec.security_context.run_as_user
+    for container in [*pod.spec.init_containers, *pod.spec.containers]:
+        assert container.image == pushed
+        assert container.security_context.read_only_root_filesystem is True
+        assert container.security_context.allow_privilege_escalation is False
+        assert container.security_context.capabilities.drop == ["ALL"]
+    assert not pod.spec.automount_service_account_token
