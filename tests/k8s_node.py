@@ -488,15 +488,7 @@ state = '{d / "containerd" / "state"}'
 """
         )
         self._spawn("coredns", [str(self.coredns), "-conf", str(corefile)])
-
-        def answering() -> bool:
-            import urllib.request
-
-            with inside(self.netns.path):
-                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-                return opener.open(f"http://127.0.0.1:{ready}/ready", timeout=2).status == 200
-
-        self._wait("coredns", answering)
+        self._wait("coredns", lambda: self._answers_inside(f"http://127.0.0.1:{ready}/ready"))
 
     def start_kube_proxy(self) -> None:
         """kube-proxy in iptables mode: Services' ClusterIPs work inside the namespace (its
@@ -529,16 +521,16 @@ state = '{d / "containerd" / "state"}'
             [str(self.cluster.bin / "kube-proxy"), f"--config={path}", "--v=1"],
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
         )
-        healthz = config["healthzBindAddress"]
+        healthz = f"http://{config['healthzBindAddress']}/healthz"
+        self._wait("kube-proxy", lambda: self._answers_inside(healthz))
 
-        def synced() -> bool:
-            import urllib.request
+    def _answers_inside(self, url: str) -> bool:
+        """`url`, inside the namespace, answers 200 (a component's health or ready port)."""
+        import urllib.request
 
-            with inside(self.netns.path):
-                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-                return opener.open(f"http://{healthz}/healthz", timeout=2).status == 200
-
-        self._wait("kube-proxy", synced)
+        with inside(self.netns.path):
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            return opener.open(url, timeout=2).status == 200
 
     def start_containerd(self) -> None:
         config = self._containerd_config()
