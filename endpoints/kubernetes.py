@@ -25,6 +25,7 @@ Deployment with `replicas: 0`. endpoints.k8s applies them to a cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from jobs.compute.kubernetes import manifests as m
 
@@ -57,23 +58,10 @@ settings = {"name": name, "implementation": "gantry_runtime.CheckedSKLearnModel"
 json.dump(settings, open("/mnt/model/model-settings.json", "w"))
 """
 
-# MLServer's scikit-learn runtime with the model's refusal of a payload (wrong number of
-# features, values that are not numbers) answered as the client's error, 400 with
-# scikit-learn's message, where MLServer answers a bare 500: the local backend's
-# CheckedSKLearnModel (endpoints/runtime/serve_model.py). Written beside
-# model-settings.json, where MLServer imports a model's custom runtime from.
-RUNTIME = """\
-from mlserver.errors import InferenceError
-from mlserver_sklearn import SKLearnModel
-
-
-class CheckedSKLearnModel(SKLearnModel):
-    async def predict(self, payload):
-        try:
-            return await super().predict(payload)
-        except (ValueError, TypeError, IndexError) as exc:
-            raise InferenceError(str(exc)) from exc
-"""
+# The runtime the local backend's replicas serve with (400 with scikit-learn's words for a
+# payload the model refuses, where MLServer answers a bare 500), written beside
+# model-settings.json, where MLServer imports a model's own runtime from.
+RUNTIME = (Path(__file__).parent / "runtime" / "gantry_runtime.py").read_text()
 
 
 @dataclass(frozen=True)

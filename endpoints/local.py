@@ -45,6 +45,9 @@ from modelhub.models import ModelFormat, ModelVersion
 
 SERVER_SCRIPT = Path(__file__).parent / "runtime" / "serve_model.py"
 INSIDE_SCRIPT = "/run/gantry/serve_model.py"
+# The runtime it serves with, imported from beside it (the script's folder is on its path).
+RUNTIME_MODULE = SERVER_SCRIPT.with_name("gantry_runtime.py")
+INSIDE_RUNTIME = "/run/gantry/gantry_runtime.py"
 INSIDE_MODEL = "/model"
 INSIDE_RUN = "/run/endpoint"
 SOCKET = "mlserver.sock"
@@ -391,6 +394,7 @@ def server_argv(endpoint, version, replica: Replica, model: Path, model_file: st
         # 107 bytes, and a data directory can be deep.
         return [python, str(SERVER_SCRIPT), SOCKET, str(model / model_file), *args]
     binds = ["--ro-bind", str(SERVER_SCRIPT), INSIDE_SCRIPT]
+    binds += ["--ro-bind", str(RUNTIME_MODULE), INSIDE_RUNTIME]
     binds += ["--ro-bind", str(model), INSIDE_MODEL, "--bind", str(replica.socket_dir), INSIDE_RUN]
     # No --die-with-parent: its signal follows the *thread* that started the replica (a
     # roll's thread ends right after), not Gantry's process. A replica outlives the web

@@ -19,23 +19,9 @@ import asyncio
 import sys
 import time
 
+from gantry_runtime import CheckedSKLearnModel  # beside this file, on the script's path
 from mlserver import MLServer
-from mlserver.errors import InferenceError
 from mlserver.settings import ModelParameters, ModelSettings, Settings
-from mlserver_sklearn import SKLearnModel
-
-
-class CheckedSKLearnModel(SKLearnModel):
-    """MLServer's scikit-learn runtime, with the model's refusal of a payload (wrong
-    number of features, values that are not numbers) answered as the client's error:
-    400 with scikit-learn's message, where MLServer would answer a bare 500."""
-
-    async def predict(self, payload):
-        try:
-            return await super().predict(payload)
-        except (ValueError, TypeError, IndexError) as exc:
-            raise InferenceError(str(exc)) from exc
-
 
 RUNTIMES = {"sklearn": CheckedSKLearnModel}
 
