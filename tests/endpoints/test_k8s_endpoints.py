@@ -13,7 +13,7 @@ refusal -> a readable reason and no half-written rows.
 The network rule: tests contact 127.0.0.1 only. The gateway's forward to the Service
 (`http://ep-<id>-v<n>.<namespace>.svc:80`) goes to httpx.MockTransport here, never to a
 cluster address (kwok's pods are not real); tests/endpoints/test_k8s_gateway.py checks
-the URL it would call.
+the URL it would call, and tests/jobs/test_k8s_real_node.py a real pod's answer.
 """
 
 from __future__ import annotations

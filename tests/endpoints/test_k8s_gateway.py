@@ -4,9 +4,10 @@ cluster DNS name, `http://ep-<id>-v<n>.<namespace>.svc:80`.
 Why httpx.MockTransport and no cluster: the network rule of the suite is that tests
 contact 127.0.0.1 only, and the control plane the suite starts (kwok) runs no container,
 so no pod behind a Service could answer anyway. These tests check the URL, method, body
-and headers the gateway would send, and what it makes of the answer; a forward to a real
-pod is not proven here (docs/users/endpoints.md says so). The objects themselves are
-checked against the control plane in test_k8s_endpoints.py.
+and headers the gateway would send, and what it makes of the answer. The forward to a
+real pod is tested on the real node (tests/jobs/test_k8s_real_node.py, where Gantry runs
+on the cluster's network); the objects themselves against the control plane in
+test_k8s_endpoints.py.
 """
 
 from __future__ import annotations
