@@ -9,8 +9,9 @@ a server-side apply (field manager `gantry`), so applying again changes nothing.
 The pods fetch the model with a read-only API token of the endpoint's creator, limited to
 the endpoint's project (accounts.services.create_api_token, the token a user would make),
 kept in the Secret `ep-<id>-token`. Gantry never reads a Secret back, so a new token is
-made (and the older ones revoked) whenever a version's Deployment is created: a first
-start, a roll, or a namespace deleted behind Gantry's back. A failure rolls the token's
+made whenever a version's Deployment is created (a first start, a roll, or a namespace
+deleted behind Gantry's back), and the older ones are revoked (in the audit log) and
+removed, so the creator's token list holds one per endpoint, not one per roll. A failure rolls the token's
 row back with the rest of the transaction.
 
 Scale to zero: a Deployment carries when it was last scaled up (`SCALED_UP_AT`); the
@@ -18,6 +19,12 @@ minute's pass (`scale_idle`, from endpoints.tasks) sets `replicas: 0` on an endp
 has had no request for its `idle_seconds` since then or since its last recorded request
 (endpoints.traffic). The next request finds no ready pod and applies the Deployment with
 the endpoint's replicas again (endpoints.rollout's cold start).
+
+What runs counts like a job (endpoints.usage): each Deployment Gantry scales up opens a
+replica interval with its replica count, which the tenant's quota holdings
+(endpoints.services.running_replica_counts), the cluster page and usage reports read;
+scaling it to zero or deleting it closes the interval, and the minute's pass squares the
+open intervals with the Deployments the cluster has.
 """
 
 from __future__ import annotations
@@ -29,12 +36,13 @@ from datetime import datetime
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from accounts.models import ApiToken, TokenScope
 from accounts.services import create_api_token, revoke_api_token
 from endpoints import kubernetes as ek
+from endpoints import usage
 from endpoints.local import ReplicaError, model_file_in
 from endpoints.models import Endpoint, EndpointState
 from jobs.compute import get_backend
@@ -133,14 +141,15 @@ def _tokens(endpoint: Endpoint):
 
 def _write_token(conn, cfg, spec: ek.EndpointSpec, endpoint: Endpoint) -> None:
     """A new read-only token of the creator's, limited to the project, in the Secret; the
-    older ones revoked (inside the caller's transaction: a failure keeps no new row)."""
+    older ones revoked and removed (inside the caller's transaction: a failure keeps no new
+    row and removes none)."""
     creator = endpoint.created_by
     if creator is None or not creator.is_active:
         raise ClusterProblem(
             "the endpoint's creator is gone, and its pods fetch the model with a read-only "
             "token of theirs: create the endpoint again"
         )
-    older = list(_tokens(endpoint))
+    older = list(ApiToken.objects.filter(name=TOKEN_NAME.format(endpoint.pk)))
     try:
         _, secret = create_api_token(
             actor=creator,
@@ -154,8 +163,15 @@ def _write_token(conn, cfg, spec: ek.EndpointSpec, endpoint: Endpoint) -> None:
             f"{endpoint.project} any more ({exc})"
         ) from None
     _apply(conn, ek.token_secret(spec, cfg, secret))
-    for token in older:
+    _retire(older)
+
+
+def _retire(tokens) -> None:
+    """Revoke Gantry's download tokens (the audit log keeps each revocation) and remove
+    them from their user's token list."""
+    for token in tokens:
         revoke_api_token(actor=token.user, token=token)
+        token.delete()
 
 
 def apply_version(endpoint: Endpoint, version, replicas: int) -> str:
@@ -188,6 +204,7 @@ def apply_version(endpoint: Endpoint, version, replicas: int) -> str:
                 _write_token(conn, cfg, spec, endpoint)
             for manifest in (deployment, ek.service(spec, cfg), ek.network_policy(spec, cfg)):
                 _apply(conn, manifest)
+            usage.deployment_scaled(endpoint.pk, name, version.number, replicas, timezone.now())
     except ClusterProblem:
         raise
     except ValueError as exc:  # the version is no servable model
@@ -233,12 +250,17 @@ def remove_version(endpoint_pk: int, tenant_slug: str, version_number: int) -> N
         conn.networking.delete_namespaced_network_policy,
     ):
         _delete(call, name, namespace, conn)
+    usage.deployments_gone([name], timezone.now())
     _seen_ready.pop((endpoint_pk, version_number), None)
 
 
 def delete_objects(endpoint_pk: int, tenant_slug: str) -> int:
     """Delete everything of an endpoint in the cluster (every version's objects and the
-    token Secret) and revoke its download tokens; how many objects were deleted."""
+    token Secret) and revoke its download tokens; how many objects were deleted. Its
+    replica intervals end first, whether or not the cluster answers: the endpoint is gone."""
+    prefix = ek.version_object_name(endpoint_pk, 0)[:-1]  # ep-<id>-v
+    gone = usage.open_deployments().filter(replica__startswith=prefix)
+    usage.deployments_gone(list(gone.values_list("replica", flat=True)), timezone.now())
     conn, ref = _cluster()
     namespace = m.namespace_name(tenant_slug, ref.namespace_prefix)
     selector = f"{ek.LABEL_ENDPOINT}={endpoint_pk},{m.LABEL_KIND}=endpoint"
@@ -258,8 +280,7 @@ def delete_objects(endpoint_pk: int, tenant_slug: str) -> int:
             deleted += _delete(delete, item.metadata.name, namespace, conn)
     secret = ek.endpoint_token_secret_name(endpoint_pk)
     deleted += _delete(conn.core.delete_namespaced_secret, secret, namespace, conn)
-    for token in ApiToken.objects.active().filter(name=TOKEN_NAME.format(endpoint_pk)):
-        revoke_api_token(actor=token.user, token=token)
+    _retire(ApiToken.objects.filter(name=TOKEN_NAME.format(endpoint_pk)))
     for key in [k for k in _seen_ready if k[0] == endpoint_pk]:
         _seen_ready.pop(key, None)
     return deleted
@@ -390,12 +411,33 @@ def _scaled_up_at(deployment) -> datetime | None:
         return None
 
 
+def _square(endpoint_pk: int, deployments: list) -> None:
+    """The endpoint's open replica intervals made to say what its Deployments ask for
+    now: one scaled or deleted behind Gantry's back is closed or reopened with its count,
+    and one that runs uncounted (applied before intervals were kept) is opened."""
+    asked = {
+        d.metadata.name: (d.spec.replicas or 0, int(d.metadata.labels.get(ek.LABEL_VERSION, 0)))
+        for d in deployments
+    }
+    counted = {
+        i.replica: (i.replicas, i.version_number)
+        for i in usage.open_deployments().filter(endpoint_id=endpoint_pk)
+    }
+    for name in asked.keys() | counted.keys():
+        n, version = asked.get(name, (0, counted.get(name, (0, None))[1]))
+        if n != counted.get(name, (0,))[0]:
+            usage.deployment_scaled(endpoint_pk, name, version, n, timezone.now())
+
+
 def scale_idle(now: datetime | None = None) -> dict:
-    """The minute's pass: every Kubernetes endpoint with no request for its idle time
-    (since its last request, or since it was last scaled up) gets `replicas: 0`."""
+    """The minute's pass over Kubernetes endpoints: each one's replica intervals squared
+    with its Deployments (`_square`), and every endpoint with no request for its idle time
+    (since its last request, or since it was last scaled up) set to `replicas: 0`."""
     now = now or timezone.now()
+    counted = usage.open_deployments().values_list("endpoint_id", flat=True)
     endpoints = (
-        Endpoint.objects.filter(backend="kubernetes", idle_seconds__gt=0)
+        Endpoint.objects.filter(backend="kubernetes")
+        .filter(Q(idle_seconds__gt=0) | Q(pk__in=counted))
         .select_related("project__tenant")
         .annotate(last_request=Max("requests__at"))
     )
@@ -407,23 +449,26 @@ def scale_idle(now: datetime | None = None) -> dict:
                 conn, ref = _cluster()
             namespace = namespace_of(endpoint.project.tenant.slug)
             selector = f"{ek.LABEL_ENDPOINT}={endpoint.pk},{m.LABEL_KIND}=endpoint"
-            running = [
-                d
-                for d in _apps(conn)
+            deployments = (
+                _apps(conn)
                 .list_namespaced_deployment(
                     namespace, label_selector=selector, _request_timeout=conn.timeout
                 )
                 .items
-                if d.spec.replicas
-            ]
+            )
+            _square(endpoint.pk, deployments)
+            running = [d for d in deployments if d.spec.replicas]
+            if endpoint.idle_seconds <= 0 or not running:
+                continue
             since = [t for t in [endpoint.last_request, *map(_scaled_up_at, running)] if t]
             idle = (now - max(since)).total_seconds() if since else None
-            if not running or (idle is not None and idle < endpoint.idle_seconds):
+            if idle is not None and idle < endpoint.idle_seconds:
                 continue
             for deployment in running:
                 scale_to_zero(conn, namespace, deployment.metadata.name)
                 version = int(deployment.metadata.labels.get(ek.LABEL_VERSION, 0))
                 forget(endpoint.pk, version)
+            usage.deployments_gone([d.metadata.name for d in running], timezone.now())
         except Exception as exc:
             failed += 1
             logger.warning(

@@ -296,21 +296,26 @@ def hash_secret(secret: str) -> str:
 
 
 def running_replica_counts() -> dict[int, int]:
-    """Endpoint id -> replicas running on this machine now (every version's: during a roll
-    the old and the new both run and both hold their resources)."""
-    from endpoints import local
+    """Endpoint id -> replicas running now (every version's: during a roll the old and the
+    new both run and both hold their resources): the local backend's processes on this
+    machine, and on Kubernetes the replicas of the Deployments Gantry scaled up
+    (endpoints.usage's open intervals of them; endpoints.k8s)."""
+    from endpoints import local, usage
 
     running: dict[int, int] = {}
     for replica in local.all_replicas():
         if local.running(replica):
             running[replica.endpoint_pk] = running.get(replica.endpoint_pk, 0) + 1
+    asked = usage.open_deployments().filter(endpoint__isnull=False)
+    for pk, n in asked.values_list("endpoint_id", "replicas"):
+        running[pk] = running.get(pk, 0) + n
     return running
 
 
 def tenant_serving_holdings(tenant_ids=None) -> dict[int, dict[str, int]]:
     """What tenants' endpoints' running replicas hold, {tenant id: {"gpus", "cpus",
     "memory_mb", "replicas"}} (core.registry.service_holdings). A scaled-to-zero endpoint
-    holds nothing; no query at all while no replica runs."""
+    holds nothing; one query (the Kubernetes replicas) while no replica runs."""
     running = running_replica_counts()
     if not running:
         return {}
@@ -331,8 +336,8 @@ def tenant_serving_holdings(tenant_ids=None) -> dict[int, dict[str, int]]:
 
 
 def serving_replicas(user) -> list[dict]:
-    """Endpoints `user` may see with replicas running on this machine, and what those
-    replicas hold (the cluster page)."""
+    """Endpoints `user` may see with replicas running (on this machine or Kubernetes),
+    and what those replicas hold (the cluster page)."""
     running = running_replica_counts()
     if not running:
         return []

@@ -12,8 +12,9 @@ def record_replicas() -> dict:
     """When replicas ran, for usage reports: those that stopped by themselves (scaled to
     zero, exited) closed, those running seen (endpoints.local.record_replicas). A local
     replica scales itself to zero after its idle time; on Kubernetes this pass does it
-    (endpoints.k8s.scale_idle)."""
+    (endpoints.k8s.scale_idle, which also squares the Kubernetes replicas counted with the
+    cluster's Deployments)."""
     done = local.record_replicas()
-    if Endpoint.objects.filter(backend="kubernetes", idle_seconds__gt=0).exists():
+    if Endpoint.objects.filter(backend="kubernetes").exists():
         done.update(k8s.scale_idle())
     return done

@@ -2,7 +2,12 @@
 GPU-hours (telemetry asks through core.registry.service_usage).
 
 The local backend (endpoints.local) opens an interval as it starts a replica process and
-closes it as it stops one. A replica also stops by itself (scaled to zero after its idle
+closes it as it stops one. On Kubernetes (endpoints.k8s) an interval is a Deployment's:
+opened when Gantry applies it with replicas (`deployment_scaled`, its `replicas` the
+count), closed when Gantry scales it to zero or deletes it, and reopened with the new
+count when the count changes; the minute's pass squares the open ones with what the
+cluster says (endpoints.k8s.scale_idle), so a Deployment deleted behind Gantry's back
+stops counting within a minute. A replica also stops by itself (scaled to zero after its idle
 time) or exits, with no Gantry process watching: the minute's pass
 (`endpoints.tasks.record_replicas`, endpoints.local.record_replicas) marks each open
 interval whose process still runs as seen, and closes the others when their process was
@@ -59,6 +64,57 @@ def opened(
     except DatabaseError as exc:
         logger.warning("endpoint %s: replica %s's start not recorded: %s", endpoint_pk, replica, exc)
         return None
+
+
+def deployment_scaled(
+    endpoint_pk: int, deployment: str, version_number, replicas: int, at: datetime
+) -> None:
+    """Kubernetes: the Deployment `deployment` of the endpoint now asks for `replicas`
+    replicas. Its open interval is kept when it already counts these replicas (with the
+    endpoint's GPUs per replica), else closed at `at`, and a new one opened where
+    `replicas` > 0 and the endpoint still exists. Under the endpoint's row lock, as
+    `opened`; raised errors are the caller's (it writes in the same transaction)."""
+    with transaction.atomic():
+        endpoint = (
+            Endpoint.objects.select_for_update()
+            .filter(pk=endpoint_pk)
+            .values("project_id", "name", "created_by_id", "gpus")
+            .first()
+        )
+        current = list(open_deployments().filter(replica=deployment))
+        keep = [
+            i
+            for i in current
+            if endpoint and replicas and (i.replicas, i.gpus) == (replicas, endpoint["gpus"])
+        ][:1]
+        for interval in current:
+            if interval not in keep:
+                closed(interval, at)
+        if keep or not replicas or endpoint is None:
+            return
+        ReplicaInterval.objects.create(
+            project_id=endpoint["project_id"],
+            endpoint_id=endpoint_pk,
+            endpoint_name=endpoint["name"],
+            user_id=endpoint["created_by_id"],
+            version_number=version_number,
+            gpus=endpoint["gpus"],
+            replica=deployment,
+            replicas=replicas,
+            started_at=at,
+            seen_at=at,
+        )
+
+
+def deployments_gone(names: list[str], at: datetime) -> None:
+    """Kubernetes: these Deployments were scaled to zero or deleted; their intervals end."""
+    for interval in open_deployments().filter(replica__in=names):
+        closed(interval, at)
+
+
+def open_deployments():
+    """The open intervals of Kubernetes Deployments (no process: pid is None)."""
+    return ReplicaInterval.objects.filter(ended_at=None, pid=None)
 
 
 def open_intervals(replica: str | None = None):

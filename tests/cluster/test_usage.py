@@ -55,7 +55,8 @@ def test_the_overview_shows_usage_against_guarantee_and_borrow_limit(
     set_tenant_quota(actor=owner, tenant=tenant, guaranteed_gpus=1, borrow_limit_gpus=2)
     run_jobs(owner, project, 2, 2)  # one runs on 1 own + 1 borrowed GPU, one waits
     client = client_for(owner)
-    with django_assert_max_num_queries(12):
+    # 13: one of them counts the Kubernetes endpoints' replicas (endpoints.usage.open_deployments).
+    with django_assert_max_num_queries(13):
         page = client.get(reverse("scheduling:overview"))
     row = page.context["rows"][0]
     assert row["usage"] == {

@@ -28,10 +28,12 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
 from accounts.models import ApiToken, TokenScope
+from core.models import AuditEvent
 from endpoints import gateway, k8s, rollout, services, traffic
 from endpoints import kubernetes as ek
 from endpoints.local import ReplicaError
@@ -253,6 +255,7 @@ def test_an_alias_move_applies_the_new_version_and_deletes_the_old(
     endpoint = make_endpoint(owner, served, replicas=2)
     rollout.route(endpoint)
     assert endpoint_objects(admin, endpoint)["Deployment"] == [f"ep-{endpoint.pk}-v1"]
+    first = ApiToken.objects.get(name=k8s.TOKEN_NAME.format(endpoint.pk))
 
     hub.set_alias(owner, model, "champion", v2.number)
     route = rollout.route(fresh(endpoint))
@@ -262,18 +265,22 @@ def test_an_alias_move_applies_the_new_version_and_deletes_the_old(
     until(lambda: fresh(endpoint).serving_version == v2, "the switch to v2")
     name = f"ep-{endpoint.pk}-v2"
     assert deployment(admin, endpoint, 2).status.ready_replicas == 2
-    until(lambda: deployment(admin, endpoint, 1) is None, "v1's Deployment deleted")
-    assert endpoint_objects(admin, endpoint) == {
+    # (v1's Deployment, Service and NetworkPolicy are deleted one after the other.)
+    left = {
         "Deployment": [name],
         "Service": [name],
         "NetworkPolicy": [name],
         "Secret": [f"ep-{endpoint.pk}-token"],
     }
+    until(lambda: endpoint_objects(admin, endpoint) == left, "v1's objects deleted")
     route = rollout.route(fresh(endpoint))
     assert route.version == v2 and route.url.startswith(f"http://{name}.")
-    # A new Deployment got a new token; the old one is revoked.
+    # A new Deployment got a new token; the old one is revoked (the audit log says so) and
+    # gone from the creator's token list, which holds one per endpoint, not one per roll.
     tokens = ApiToken.objects.filter(name=k8s.TOKEN_NAME.format(endpoint.pk))
-    assert [t.is_active for t in tokens.order_by("created_at", "pk")] == [False, True]
+    assert [(t.is_active, t.pk > first.pk) for t in tokens] == [(True, True)]
+    revoked = AuditEvent.objects.filter(action="token.revoke", object_id=str(first.pk))
+    assert revoked.count() == 1
 
 
 def test_deleting_an_endpoint_deletes_its_objects_in_the_cluster(gantry, admin, served, owner):
@@ -285,7 +292,7 @@ def test_deleting_an_endpoint_deletes_its_objects_in_the_cluster(gantry, admin, 
 
     empty = {"Deployment": [], "Service": [], "NetworkPolicy": [], "Secret": []}
     until(lambda: endpoint_objects(admin, endpoint) == empty, "every object deleted")
-    assert not ApiToken.objects.active().filter(name=k8s.TOKEN_NAME.format(endpoint.pk)).exists()
+    assert not ApiToken.objects.filter(name=k8s.TOKEN_NAME.format(endpoint.pk)).exists()
 
 
 def test_deleting_the_model_deletes_its_endpoints_objects_too(gantry, admin, served, owner):
@@ -351,3 +358,76 @@ def test_a_cluster_refusal_is_a_readable_reason_and_writes_no_half_rows(
         rollout.route(endpoint)
     assert not ApiToken.objects.filter(name=k8s.TOKEN_NAME.format(endpoint.pk)).exists()
     assert "does not answer" in fresh(endpoint).state_reason
+
+
+def test_replicas_on_kubernetes_count_in_the_quota_usage_and_cluster_page_as_asked(
+    gantry, admin, served, owner, client
+):
+    from endpoints.models import ReplicaInterval
+    from endpoints.usage import service_usage
+    from scheduling.services import set_tenant_quota
+
+    project, model, _, _ = served
+    tenant = project.tenant
+    set_tenant_quota(actor=owner, tenant=tenant, guaranteed_gpus=0, borrow_limit_gpus=0,
+                     max_cpus=3)  # fmt: skip
+    endpoint = make_endpoint(owner, served, replicas=2, cpus=1, idle_seconds=60)
+    assert services.running_replica_counts().get(endpoint.pk) is None  # nothing runs yet
+
+    rollout.route(endpoint)  # the Deployment applied with 2 replicas
+
+    name = f"ep-{endpoint.pk}-v1"
+    assert services.running_replica_counts()[endpoint.pk] == 2
+    held = services.tenant_serving_holdings([tenant.pk])[tenant.pk]
+    assert (held["cpus"], held["replicas"]) == (2, 2)
+    # The tenant's other endpoint is refused: 2 CPUs held by this one, 2 more asked, 3 allowed.
+    with pytest.raises(ValidationError) as refused:
+        services.create_endpoint(
+            owner, project, name="second", model=model, alias="champion", replicas=2, cpus=1
+        )
+    assert "holds 2 CPUs now (0 CPUs by jobs, 2 CPUs by other endpoints)" in str(refused.value)
+    assert not Endpoint.objects.filter(name="second").exists()
+    # The cluster page lists it with what it holds.
+    client.force_login(owner)
+    page = client.get("/cluster/")
+    assert page.status_code == 200
+    assert f"/{endpoint.name}</a></td><td>v1</td><td>Kubernetes</td>" in page.content.decode()
+    # Usage reports count it from when it was applied.
+    (interval,) = ReplicaInterval.objects.filter(endpoint=endpoint)
+    assert (interval.replica, interval.replicas, interval.ended_at) == (name, 2, None)
+    reported = service_usage(owner, None, [tenant], interval.started_at, timezone.now())
+    assert [(u["id"][1], u["replicas"], u["end"]) for u in reported] == [(endpoint.name, 2, None)]
+
+    # Scaled behind Gantry's back: the minute's pass counts what the cluster asks for.
+    admin.apps.patch_namespaced_deployment(name, namespace(endpoint), {"spec": {"replicas": 1}})
+    k8s.scale_idle(now=timezone.now())  # within its idle time: only squared
+    intervals = ReplicaInterval.objects.filter(endpoint=endpoint).order_by("pk")
+    assert [(i.replicas, i.ended_at is None) for i in intervals] == [(2, False), (1, True)]
+    assert services.running_replica_counts()[endpoint.pk] == 1
+    # Idle: scaled to zero, the interval closed, nothing held.
+    assert k8s.scale_idle(now=timezone.now() + timedelta(seconds=90))["scaled_to_zero"] == 1
+    assert not ReplicaInterval.objects.filter(endpoint=endpoint, ended_at=None).exists()
+    assert services.running_replica_counts().get(endpoint.pk) is None
+    assert services.tenant_serving_holdings([tenant.pk]) == {}
+    # The first request scales it back (and counts again); deleting the endpoint ends it.
+    rollout.route(fresh(endpoint))
+    assert services.running_replica_counts()[endpoint.pk] == 2
+    services.delete_endpoint(owner, fresh(endpoint))
+    assert not ReplicaInterval.objects.filter(replica=name, ended_at=None).exists()
+    assert ReplicaInterval.objects.filter(replica=name).count() == 3  # kept for usage reports
+
+
+def test_a_deployment_deleted_behind_gantrys_back_stops_counting_at_the_next_pass(
+    gantry, admin, served, owner
+):
+    from endpoints.models import ReplicaInterval
+
+    endpoint = make_endpoint(owner, served, replicas=2)  # never idle: squared all the same
+    rollout.route(endpoint)
+    assert services.running_replica_counts()[endpoint.pk] == 2
+
+    admin.apps.delete_namespaced_deployment(f"ep-{endpoint.pk}-v1", namespace(endpoint))
+    k8s.scale_idle()
+
+    assert services.running_replica_counts().get(endpoint.pk) is None
+    assert ReplicaInterval.objects.get(endpoint=endpoint).ended_at is not None
