@@ -78,6 +78,27 @@ class DigitsNet(nn.Module):
         return self.classifier(self.features(x))
 
 
+class RawDigits(nn.Module):
+    """A trained DigitsNet for serving: it takes rows of 64 raw pixel values (0..16), as
+    predict_digits.py's CSV has them, and does to_images' normalisation itself, so its
+    TorchScript file (model.torchscript.pt) runs without this code. Its answer is the
+    ten class scores (logits) of each row."""
+
+    def __init__(self, net: DigitsNet) -> None:
+        super().__init__()
+        self.net = net
+        self.pixels = PIXELS  # attributes: TorchScript does not read module globals
+        self.pixel_max = PIXEL_MAX
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        if pixels.dim() != 2 or pixels.shape[1] != self.pixels:
+            raise ValueError(
+                f"expected rows of {self.pixels} pixel values (0..16), "
+                f"got a tensor of shape {list(pixels.shape)}"
+            )
+        return self.net((pixels / self.pixel_max).reshape(-1, 1, 8, 8))
+
+
 def outputs_dir() -> Path:
     """Gantry uploads everything under $GANTRY_OUTPUTS_DIR; by hand it is ./outputs."""
     path = Path(os.environ.get("GANTRY_OUTPUTS_DIR") or "outputs")

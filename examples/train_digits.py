@@ -2,7 +2,9 @@
 
     python examples/train_digits.py --epochs 10 --lr 0.003 --batch-size 64 --seed 1
 
-Writes model.pt (a state_dict) and meta.json to $GANTRY_OUTPUTS_DIR (./outputs by
+Writes model.pt (a state_dict), model.torchscript.pt (the trained network as
+TorchScript, on the CPU in eval mode: rows of 64 raw pixel values in, ten class scores
+out; what a model endpoint serves) and meta.json to $GANTRY_OUTPUTS_DIR (./outputs by
 hand), logs loss and accuracy through Gantry's metric API, and saves a Gantry
 checkpoint (checkpoint.pt: model, optimizer, epoch, step) every --checkpoint-every steps
 and when Gantry asks the job to stop (cancel, timeout, preemption: then it exits 0). A
@@ -29,7 +31,15 @@ try:  # `make run` installs no PyTorch: `make examples` adds it and scikit-learn
     import torch
 except ImportError as missing:
     sys.exit(f"{missing}: this example needs PyTorch and scikit-learn; run `make examples`.")
-from digits_common import DigitsNet, StopFlag, digits_split, outputs_dir, to_images, write_json
+from digits_common import (
+    DigitsNet,
+    RawDigits,
+    StopFlag,
+    digits_split,
+    outputs_dir,
+    to_images,
+    write_json,
+)
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -193,6 +203,8 @@ def train(args: argparse.Namespace, scalars: Scalars) -> int:
         )
 
     torch.save(model.state_dict(), out / "model.pt")
+    # The same weights with their code, for serving without this file (examples/README.md).
+    torch.jit.save(torch.jit.script(RawDigits(model).cpu().eval()), out / "model.torchscript.pt")
     write_json(
         out / "meta.json",
         {
@@ -212,7 +224,10 @@ def train(args: argparse.Namespace, scalars: Scalars) -> int:
             "torch": torch.__version__,
         },
     )
-    print(f"saved {out / 'model.pt'} and {out / 'meta.json'} (val_accuracy={val_accuracy:.3f})")
+    print(
+        f"saved {out / 'model.pt'}, {out / 'model.torchscript.pt'} and {out / 'meta.json'} "
+        f"(val_accuracy={val_accuracy:.3f})"
+    )
     return 0
 
 

@@ -139,6 +139,34 @@ def test_training_saves_a_model_that_learned(trained):
     assert metrics(metrics_file)["val_accuracy"][-1]["value"] == pytest.approx(meta["val_accuracy"])
 
 
+def test_training_writes_a_torchscript_model_that_runs_without_the_examples_code(trained):
+    """model.torchscript.pt, what a model endpoint serves: loaded with torch alone (no
+    DigitsNet in sight), it takes rows of 64 raw pixels and scores the held-out split
+    as training did."""
+    import numpy as np
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    _, outputs, _ = trained
+    scripted = torch.jit.load(str(outputs / "model.torchscript.pt"), map_location="cpu")
+    digits = load_digits()
+    # examples/digits_common.py's split, written out.
+    _, x_test, _, y_test = train_test_split(
+        digits.data.astype(np.float32),
+        digits.target,
+        test_size=0.2,
+        random_state=0,
+        stratify=digits.target,
+    )
+    with torch.no_grad():
+        predicted = scripted(torch.from_numpy(x_test)).argmax(dim=1).numpy()
+    meta = json.loads((outputs / "meta.json").read_text())
+    assert (predicted == y_test).mean() == pytest.approx(meta["val_accuracy"], abs=1e-6)
+    with pytest.raises(torch.jit.Error, match="expected rows of 64 pixel values"):
+        scripted(torch.zeros(1, 3))
+
+
 def test_prediction_writes_predictions_csv(trained, tmp_path):
     _, trained_outputs, _ = trained
     env, outputs = job_env(tmp_path, "predict")
