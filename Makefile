@@ -13,7 +13,7 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: run examples docs test test-fast test-sqlite test-postgres lint bench image-pytorch image-tensorflow install clean
+.PHONY: run examples serving-torch docs test test-fast test-sqlite test-postgres lint bench image-pytorch image-tensorflow install clean
 
 RUN_STAMP := $(VENV)/.installed-run
 
@@ -39,7 +39,18 @@ $(SERVING_STAMP): endpoints/runtime/requirements.txt endpoints/runtime/requireme
 	$(SERVING)/bin/python -m pip install --progress-bar on -c endpoints/runtime/requirements.lock -r endpoints/runtime/requirements.txt
 	touch $(SERVING_STAMP)
 
-$(STAMP): $(RUN_STAMP) | $(SERVING_STAMP)
+# PyTorch in the serving runtime, for TorchScript endpoints: `make install` and `make
+# examples` add it, `make run` does not (scikit-learn endpoints never load torch; a
+# TorchScript endpoint without it is refused with the words `make serving-torch`).
+SERVING_TORCH_STAMP := $(SERVING)/.installed-torch
+$(SERVING_TORCH_STAMP): endpoints/runtime/requirements-torch.txt endpoints/runtime/requirements.lock | $(SERVING_STAMP)
+	@echo "Installing PyTorch into $(SERVING) for TorchScript endpoints (PyPI's CUDA build: 4.6 GiB installed; 43 s on a fast link)..."
+	$(SERVING)/bin/python -m pip install --progress-bar on -c endpoints/runtime/requirements.lock -r endpoints/runtime/requirements-torch.txt
+	touch $(SERVING_TORCH_STAMP)
+
+serving-torch: $(SERVING_TORCH_STAMP)
+
+$(STAMP): $(RUN_STAMP) | $(SERVING_STAMP) $(SERVING_TORCH_STAMP)
 	@echo "Installing the test tools and the examples' libraries (PyTorch's CUDA build: about 2.7 GB to download, 4.8 GB installed)..."
 	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[dev,examples,docs]' ./executor -e ./cli
 	touch $(STAMP)
@@ -47,7 +58,7 @@ $(STAMP): $(RUN_STAMP) | $(SERVING_STAMP)
 install: $(STAMP)
 
 # The examples (examples/README.md) need PyTorch and scikit-learn in the job's Python.
-examples: $(RUN_STAMP)
+examples: $(RUN_STAMP) | $(SERVING_TORCH_STAMP)
 	@echo "Installing PyTorch from PyPI: its CUDA build, even without a GPU (about 2.7 GB to download, 4.8 GB installed; examples/README.md has the CPU wheel)..."
 	$(BIN)/python -m pip install --progress-bar on -c requirements.lock -e '.[examples]'
 

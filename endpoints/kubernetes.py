@@ -53,7 +53,7 @@ for item in listing["files"]:
         out.write(source.read())
 with open("/mnt/model/gantry_runtime.py", "w") as out:
     out.write(os.environ["RUNTIME"])
-settings = {"name": name, "implementation": "gantry_runtime.CheckedSKLearnModel",
+settings = {"name": name, "implementation": os.environ["IMPLEMENTATION"],
             "parameters": {"uri": os.environ["MODEL_FILE"], "version": "v" + number}}
 json.dump(settings, open("/mnt/model/model-settings.json", "w"))
 """
@@ -62,6 +62,12 @@ json.dump(settings, open("/mnt/model/model-settings.json", "w"))
 # payload the model refuses, where MLServer answers a bare 500), written beside
 # model-settings.json, where MLServer imports a model's own runtime from.
 RUNTIME = (Path(__file__).parent / "runtime" / "gantry_runtime.py").read_text()
+# Its runtimes by the name endpoints.local.served_file gives (as the local replicas'
+# serve_model.RUNTIMES), as model-settings.json names them.
+IMPLEMENTATIONS = {
+    "sklearn": "gantry_runtime.CheckedSKLearnModel",
+    "torchscript": "gantry_runtime.CheckedTorchScriptModel",
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class EndpointSpec:
     memory_mb: int = 1024
     gpus: int = 0
     image: str = ENDPOINT_IMAGE
+    runtime: str = "sklearn"  # endpoints.local.served_file's name (IMPLEMENTATIONS)
 
 
 def object_name(spec: EndpointSpec) -> str:
@@ -157,6 +164,7 @@ def deployment(spec: EndpointSpec, cfg: m.ManifestConfig) -> dict:
             {"name": "MODEL_NAME", "value": spec.name},
             {"name": "MODEL_FILE", "value": f"{MODEL_DIR}/{spec.model_file}"},
             {"name": "RUNTIME", "value": RUNTIME},
+            {"name": "IMPLEMENTATION", "value": IMPLEMENTATIONS[spec.runtime]},
         ],
         "resources": _resources(spec) if not spec.gpus else {},
         "volumeMounts": [*mounts, {"name": "token", "mountPath": m.TOKEN_DIR, "readOnly": True}],

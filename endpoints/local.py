@@ -78,15 +78,36 @@ def endpoint_uid(endpoint_pk: int) -> int:
 # --- the model's files ------------------------------------------------------------------
 
 
-def model_file_in(version: ModelVersion) -> str:
-    """The file MLServer's scikit-learn runtime loads, relative to the version's folder.
+@dataclass(frozen=True)
+class Served:
+    """How a replica serves a model version: the file its runtime loads, relative to the
+    version's folder, and the runtime's name (RUNTIMES in runtime/serve_model.py)."""
 
-    Gantry serves MLflow models of the sklearn flavor (what `mlflow.sklearn.log_model`
-    stores); the message of the ValueError says what else there is and why not yet."""
+    path: str
+    runtime: str
+
+
+SERVED_FORMATS = "MLflow models of the scikit-learn flavor and TorchScript models"
+
+
+def served_file(version: ModelVersion) -> Served:
+    """What serves `version`: MLflow models of the sklearn flavor (what
+    `mlflow.sklearn.log_model` stores) with MLServer's scikit-learn runtime, TorchScript
+    archives (`torch.jit.save`) with Gantry's TorchScript runtime. A ValueError says
+    why anything else is not served."""
+    if version.format == ModelFormat.TORCHSCRIPT:
+        return Served(version.primary_file, "torchscript")
+    if version.format == ModelFormat.PYTORCH:
+        raise ValueError(
+            f"{version} is a PyTorch file ({version.primary_file}), which holds weights "
+            "(a state_dict) or pickled objects: a state_dict cannot be served without its "
+            "code. Save the model with torch.jit.script (or torch.jit.trace) and "
+            "torch.jit.save, and register that file as a TorchScript version."
+        )
     if version.format != ModelFormat.MLFLOW:
         raise ValueError(
-            f"{version} is a {version.get_format_display()} model; endpoints serve MLflow "
-            "models of the scikit-learn flavor for now (mlflow.sklearn.log_model)."
+            f"{version} is in the {version.get_format_display()} format; endpoints serve "
+            f"{SERVED_FORMATS} for now."
         )
     mlmodel = version.files.filter(path=version.primary_file or "MLmodel").first()
     if mlmodel is None:
@@ -102,7 +123,7 @@ def model_file_in(version: ModelVersion) -> str:
         shown = ", ".join(sorted(flavors or {})) or "none"
         raise ValueError(
             f"{version} has no scikit-learn flavor (its flavors: {shown}); endpoints serve "
-            "MLflow models of the scikit-learn flavor for now."
+            f"{SERVED_FORMATS} for now."
         )
     if sklearn.get("serialization_format", "cloudpickle") not in ("cloudpickle", "pickle"):
         raise ValueError(
@@ -110,7 +131,36 @@ def model_file_in(version: ModelVersion) -> str:
             "runtime loads pickle and cloudpickle files."
         )
     base = (version.primary_file or "MLmodel").rpartition("/")[0]
-    return f"{base}/{sklearn['pickled_model']}" if base else sklearn["pickled_model"]
+    return Served(
+        f"{base}/{sklearn['pickled_model']}" if base else sklearn["pickled_model"], "sklearn"
+    )
+
+
+def model_file_in(version: ModelVersion) -> str:
+    """The file the version's runtime loads (served_file), once this machine can serve
+    it: on the local backend, a TorchScript version needs torch in the serving
+    environment, and its absence is refused in words saying what to run."""
+    served = served_file(version)
+    if settings.GANTRY_JOB_BACKEND == "local":
+        missing = runtime_missing(served.runtime)
+        if missing:
+            raise ValueError(missing)
+    return served.path
+
+
+def runtime_missing(runtime: str) -> str:
+    """Why the serving environment cannot run `runtime`, in words; empty when it can.
+    Looked for, not imported: the platform never imports torch."""
+    if runtime != "torchscript":
+        return ""
+    serving = Path(serving_python()).parents[1]
+    if any(serving.glob("lib/python3*/site-packages/torch/__init__.py")):
+        return ""
+    return (
+        f"TorchScript endpoints need PyTorch in the serving environment ({serving.name}), "
+        "and it has none: run `make serving-torch` (PyPI's CUDA build: 4.6 GiB, under a "
+        "minute on a fast link)."
+    )
 
 
 def model_dir(version: ModelVersion) -> Path:
@@ -221,8 +271,11 @@ def ready(replica: Replica, model_name: str) -> bool:
 
 def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
     """Start `replica` unless it runs; True when this call started it."""
+    served = served_file(version)
+    missing = runtime_missing(served.runtime)
+    if missing:
+        raise ReplicaError(missing)
     model = model_dir(version)
-    model_file = model_file_in(version)
     replica.run_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(replica.run_dir.parent / f"{replica.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -236,7 +289,7 @@ def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
         argv = sandbox.in_own_cgroup(
             _Limits(endpoint.pk * 1000 + replica.index, endpoint.memory_mb, endpoint.cpus),
             f"endpoint-{replica.name}",
-            server_argv(endpoint, version, replica, model, model_file),
+            server_argv(endpoint, version, replica, model, served),
         )
         now = timezone.now()
         with open(replica.run_dir / "replica.log", "ab") as log:
@@ -384,7 +437,7 @@ def _environment() -> dict[str, str]:
     }
 
 
-def server_argv(endpoint, version, replica: Replica, model: Path, model_file: str) -> list[str]:
+def server_argv(endpoint, version, replica: Replica, model: Path, served: Served) -> list[str]:
     """The replica's command line: sandboxed where jobs are."""
     python = serving_python()
     args = [endpoint.name, f"v{version.number}", str(endpoint.idle_seconds)]
@@ -392,12 +445,14 @@ def server_argv(endpoint, version, replica: Replica, model: Path, model_file: st
     if not status.available:
         # Relative to the working directory (the socket folder): a socket path is at most
         # 107 bytes, and a data directory can be deep.
-        return [python, str(SERVER_SCRIPT), SOCKET, str(model / model_file), *args]
+        script = [str(SERVER_SCRIPT), SOCKET, served.runtime, str(model / served.path)]
+        return [python, *script, *args]
     binds = ["--ro-bind", str(SERVER_SCRIPT), INSIDE_SCRIPT]
     binds += ["--ro-bind", str(RUNTIME_MODULE), INSIDE_RUNTIME]
     binds += ["--ro-bind", str(model), INSIDE_MODEL, "--bind", str(replica.socket_dir), INSIDE_RUN]
     # No --die-with-parent: its signal follows the *thread* that started the replica (a
     # roll's thread ends right after), not Gantry's process. A replica outlives the web
     # process until its idle time (the next process finds it by its pid file).
-    command = [INSIDE_SCRIPT, f"{INSIDE_RUN}/{SOCKET}", f"{INSIDE_MODEL}/{model_file}", *args]
+    command = [INSIDE_SCRIPT, f"{INSIDE_RUN}/{SOCKET}", served.runtime]
+    command += [f"{INSIDE_MODEL}/{served.path}", *args]
     return sandbox.server_sandbox(status, python, replica.uid, binds, command)

@@ -1,16 +1,18 @@
 """One replica of a model endpoint: Seldon's MLServer serving one model on a Unix socket.
 
 Run by the serving virtualenv's Python (endpoints/runtime/requirements.txt), inside the
-replica's sandbox; Gantry never imports it. It starts MLServer (KServe v2 REST) with the
-scikit-learn runtime on a Unix socket instead of a TCP port, so the only way in is the
-socket file Gantry's gateway connects to; MLServer's gRPC server listens on a free port
-of the sandbox's own loopback (no network beyond it), and its metrics server is off.
+replica's sandbox; Gantry never imports it. It starts MLServer (KServe v2 REST) with
+the runtime named RUNTIME (RUNTIMES: Gantry's scikit-learn or TorchScript runtime of
+gantry_runtime.py, as endpoints.local.served_file chose) on a Unix socket instead of a
+TCP port, so the only way in is the socket file Gantry's gateway connects to; MLServer's
+gRPC server listens on a free port of the sandbox's own loopback (no network beyond
+it), and its metrics server is off.
 
 It stops itself after `idle_seconds` without a request (scale to zero; 0: never), and
 says so on its output as it stops: Gantry reads when the replica stopped from that line's
 write (endpoints.local.record_replicas, for usage reports).
 
-    python serve_model.py SOCKET MODEL_FILE NAME VERSION IDLE_SECONDS
+    python serve_model.py SOCKET RUNTIME MODEL_FILE NAME VERSION IDLE_SECONDS
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ import asyncio
 import sys
 import time
 
-from gantry_runtime import CheckedSKLearnModel  # beside this file, on the script's path
+# Beside this file, on the script's path.
+from gantry_runtime import CheckedSKLearnModel, CheckedTorchScriptModel
 from mlserver import MLServer
 from mlserver.settings import ModelParameters, ModelSettings, Settings
 
-RUNTIMES = {"sklearn": CheckedSKLearnModel}
+RUNTIMES = {"sklearn": CheckedSKLearnModel, "torchscript": CheckedTorchScriptModel}
 
 
 class IdleClock:
@@ -39,7 +42,9 @@ class IdleClock:
         await self.app(scope, receive, send)
 
 
-async def serve(socket_path: str, model_file: str, name: str, version: str, idle: float) -> None:
+async def serve(
+    socket_path: str, runtime: str, model_file: str, name: str, version: str, idle: float
+) -> None:
     settings = Settings(
         host="127.0.0.1",
         grpc_port=0,
@@ -52,7 +57,7 @@ async def serve(socket_path: str, model_file: str, name: str, version: str, idle
     settings._custom_rest_server_settings = {"uds": socket_path}
     model = ModelSettings(
         name=name,
-        implementation=RUNTIMES["sklearn"],
+        implementation=RUNTIMES[runtime],
         parameters=ModelParameters(uri=model_file, version=version),
     )
     server = MLServer(settings)
@@ -70,8 +75,8 @@ async def serve(socket_path: str, model_file: str, name: str, version: str, idle
 
 
 def main(argv: list[str]) -> None:
-    socket_path, model_file, name, version, idle = argv
-    asyncio.run(serve(socket_path, model_file, name, version, float(idle)))
+    socket_path, runtime, model_file, name, version, idle = argv
+    asyncio.run(serve(socket_path, runtime, model_file, name, version, float(idle)))
 
 
 if __name__ == "__main__":

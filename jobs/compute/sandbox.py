@@ -485,7 +485,9 @@ def server_sandbox(
             args += ["--ro-bind", path, path]
     for name in SERVER_ETC:
         args += ["--ro-bind-try", "/etc/" + name, "/etc/" + name]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # A /tmp of its own that its user can write, as a job's: libraries look for a usable
+    # temporary folder as they load (torch, through ctypes.util.find_library, fails without).
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
     made = {"/"}
     for path in runtime_paths(python):
         if exposes_gantry(path):

@@ -75,14 +75,22 @@ def test_the_server_runs_inference_in_its_own_process():
 
 
 def test_a_payload_the_model_refuses_is_the_callers_error_as_on_the_local_backend():
-    """The init container writes the local backend's checked scikit-learn runtime beside
-    model-settings.json and names it there (a bare MLServer answers a refused payload
-    with 500; tests/jobs/test_k8s_real_node.py calls the pod with one)."""
-    fetch = ek.deployment(SPEC, CFG)["spec"]["template"]["spec"]["initContainers"][0]
-    env = {e["name"]: e["value"] for e in fetch["env"]}
+    """The init container writes the local backend's checked runtimes beside
+    model-settings.json and names the version's there (a bare MLServer answers a refused
+    payload with 500; tests/jobs/test_k8s_real_node.py calls the pod with one)."""
+
+    def fetch_env(spec):
+        fetch = ek.deployment(spec, CFG)["spec"]["template"]["spec"]["initContainers"][0]
+        return {e["name"]: e["value"] for e in fetch["env"]}
+
+    env = fetch_env(SPEC)
     module = ast.parse(env["RUNTIME"], "gantry_runtime.py")  # MLServer is not here
-    assert [c.name for c in module.body if isinstance(c, ast.ClassDef)] == ["CheckedSKLearnModel"]
-    assert '"gantry_runtime.CheckedSKLearnModel"' in ek.FETCH
+    classes = [c.name for c in module.body if isinstance(c, ast.ClassDef)]
+    assert classes == ["CheckedSKLearnModel", "CheckedTorchScriptModel"]
+    assert env["IMPLEMENTATION"] == "gantry_runtime.CheckedSKLearnModel"
+    assert '"implementation": os.environ["IMPLEMENTATION"]' in ek.FETCH
+    torchscript = ek.EndpointSpec(**{**SPEC.__dict__, "runtime": "torchscript"})
+    assert fetch_env(torchscript)["IMPLEMENTATION"] == "gantry_runtime.CheckedTorchScriptModel"
 
 
 @pytest.mark.k8s_live
