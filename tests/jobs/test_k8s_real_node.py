@@ -814,7 +814,9 @@ def test_an_endpoint_on_the_real_node_answers_through_gantrys_gateway(
     app (uvicorn config.asgi) runs where it runs in a cluster, inside the node's
     namespace (KubeNode.run_inside), and its gateway starts the Deployment on the first
     request and forwards a KServe v2 inference call to the version's Service by its DNS
-    name. The answer is the model's own predictions."""
+    name. The answer is the model's own predictions. Then, on the same pod network:
+    scaled to zero by the minute's pass and back on the next request, and rolled from v1
+    to v2 by an alias move with a client calling throughout (no failed request)."""
     import pickle
 
     from accounts.models import ApiToken
@@ -840,13 +842,19 @@ def test_an_endpoint_on_the_real_node_answers_through_gantrys_gateway(
     sample = train_digits_models(tmp_path / "models")
     model = hub.create_model(owner, project, name="digits")
     version = upload_mlflow_folder(owner, model, tmp_path / "models" / "v1")
+    v2 = upload_mlflow_folder(owner, model, tmp_path / "models" / "v2")
+    hub.set_alias(owner, model, "champion", version.number)
     endpoint = services.create_endpoint(
-        owner, project, name="digits", model=model, version=version.number
+        owner, project, name="digits", model=model, alias="champion", idle_seconds=60
     )
     assert endpoint.backend == "kubernetes"
     _, secret = services.create_endpoint_token(owner, endpoint, "test")
-    with open(tmp_path / "models" / "v1" / "model.pkl", "rb") as f:
-        expected = [int(p) for p in pickle.load(f).predict(sample["rows"])]
+    predicted = {}
+    for number in (1, 2):
+        with open(tmp_path / "models" / f"v{number}" / "model.pkl", "rb") as f:
+            predicted[f"v{number}"] = [int(p) for p in pickle.load(f).predict(sample["rows"])]
+    expected = predicted["v1"]
+    assert predicted["v2"] != expected  # the roll below is seen in the answers
 
     inside, public = free_port(), free_port()
     database = served_database_url()
@@ -966,3 +974,59 @@ def test_an_endpoint_on_the_real_node_answers_through_gantrys_gateway(
         assert container.security_context.allow_privilege_escalation is False
         assert container.security_context.capabilities.drop == ["ALL"]
     assert not pod.spec.automount_service_account_token
+
+    # Scale to zero on the real node: the minute's pass (run here, past the idle time)
+    # sets replicas: 0 and the pod goes; the usage interval closes. The next request
+    # through the gateway scales the Deployment back and answers.
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from endpoints import k8s
+    from endpoints.models import ReplicaInterval
+
+    def until(check, what: str) -> None:
+        deadline = time.monotonic() + WAIT
+        while not check():
+            assert time.monotonic() < deadline, f"not within {WAIT} s: {what}\n{said_so()}"
+            time.sleep(0.5)
+
+    later = timezone.now() + timedelta(seconds=120)
+    assert k8s.scale_idle(now=later)["scaled_to_zero"] == 1
+    until(lambda: not gantry.admin.core.list_namespaced_pod(ns, label_selector=selector).items,
+          "the pod gone after scale to zero")  # fmt: skip
+    assert not ReplicaInterval.objects.filter(endpoint=endpoint, ended_at=None).exists()
+    begun = time.monotonic()
+    while True:
+        answer = httpx.post(url, json=body, headers=headers, timeout=WAIT + 60)
+        if answer.status_code == 200:
+            break
+        assert answer.status_code == 503, (answer.status_code, answer.text[:500], said_so())
+        assert time.monotonic() < begun + WAIT + 60, (answer.text[:500], said_so())
+        time.sleep(1)
+    print(f"back from zero: first request to answer in {time.monotonic() - begun:.1f} s "
+          f"(the image on the node)")  # fmt: skip
+    assert answer.json()["outputs"][0]["data"] == output["data"]
+    assert ReplicaInterval.objects.filter(endpoint=endpoint, ended_at=None).count() == 1
+
+    # A roll on the real node: the alias moves to v2, and a client calling throughout
+    # gets only answers (v1's, then v2's), none failed, while v2's pod starts and v1's
+    # Deployment goes.
+    hub.set_alias(owner, model, "champion", v2.number)
+    begun, answered = time.monotonic(), []
+    while not answered or answered[-1] != "v2":
+        answer = httpx.post(url, json=body, headers=headers, timeout=30)
+        assert answer.status_code == 200, (answer.status_code, answer.text[:500], said_so())
+        said = answer.headers["Gantry-Model-Version"]
+        assert [int(p) for p in answer.json()["outputs"][0]["data"]] == predicted[said]
+        answered.append(said)
+        assert time.monotonic() < begun + WAIT + 60, (answered[-5:], said_so())
+        time.sleep(0.2)
+    print(f"roll v1 -> v2: {len(answered)} requests answered, none failed, switched after "
+          f"{time.monotonic() - begun:.1f} s")  # fmt: skip
+    v1_name = ek.version_object_name(endpoint.pk, version.number)
+    until(lambda: k8s.read(k8s._cluster()[0], ns, v1_name) is None, "v1's Deployment deleted")
+    until(lambda: not ReplicaInterval.objects.filter(replica=v1_name, ended_at=None).exists(),
+          "v1's usage interval closed")  # fmt: skip
+    (running,) = ReplicaInterval.objects.filter(endpoint=endpoint, ended_at=None)
+    assert running.replica == ek.version_object_name(endpoint.pk, v2.number)
