@@ -43,7 +43,7 @@ from accounts.models import ApiToken, TokenScope
 from accounts.services import create_api_token, revoke_api_token
 from endpoints import kubernetes as ek
 from endpoints import usage
-from endpoints.local import ReplicaError, model_file_in
+from endpoints.local import ReplicaError, runtime_missing, served_file
 from endpoints.models import Endpoint, EndpointState
 from jobs.compute import get_backend
 from jobs.compute.kubernetes import manifests as m
@@ -95,18 +95,27 @@ def service_url(endpoint: Endpoint, version_number: int) -> str:
 
 
 def spec_of(endpoint: Endpoint, version, replicas: int) -> ek.EndpointSpec:
+    """The version's Deployment as asked: its file and runtime (endpoints.local.served_file)
+    and the image with that runtime (a TorchScript version's has PyTorch). A ValueError
+    says why the version cannot be served."""
+    served = served_file(version)
+    missing = runtime_missing(served.runtime, "kubernetes")
+    if missing:
+        raise ValueError(missing)
+    torch = served.runtime == "torchscript"
     return ek.EndpointSpec(
         id=endpoint.pk,
         tenant_slug=endpoint.project.tenant.slug,
         name=endpoint.name,
         version_id=version.pk,
         version_number=version.number,
-        model_file=model_file_in(version),
+        model_file=served.path,
+        runtime=served.runtime,
         replicas=replicas,
         cpus=endpoint.cpus,
         memory_mb=endpoint.memory_mb,
         gpus=endpoint.gpus,
-        image=settings.GANTRY_K8S_ENDPOINT_IMAGE,
+        image=settings.GANTRY_K8S_TORCHSCRIPT_IMAGE if torch else settings.GANTRY_K8S_ENDPOINT_IMAGE,
     )
 
 

@@ -136,23 +136,31 @@ def served_file(version: ModelVersion) -> Served:
     )
 
 
-def model_file_in(version: ModelVersion) -> str:
-    """The file the version's runtime loads (served_file), once this machine can serve
-    it: on the local backend, a TorchScript version needs torch in the serving
-    environment, and its absence is refused in words saying what to run."""
+def model_file_in(version: ModelVersion, backend: str | None = None) -> str:
+    """The file the version's runtime loads (served_file), once the backend can serve
+    it (`runtime_missing`; the endpoint's backend, else the configured one)."""
     served = served_file(version)
-    if settings.GANTRY_JOB_BACKEND == "local":
-        missing = runtime_missing(served.runtime)
-        if missing:
-            raise ValueError(missing)
+    missing = runtime_missing(served.runtime, backend or settings.GANTRY_JOB_BACKEND)
+    if missing:
+        raise ValueError(missing)
     return served.path
 
 
-def runtime_missing(runtime: str) -> str:
-    """Why the serving environment cannot run `runtime`, in words; empty when it can.
-    Looked for, not imported: the platform never imports torch."""
+def runtime_missing(runtime: str, backend: str = "local") -> str:
+    """Why `backend` cannot run `runtime`, in words; empty when it can. A TorchScript
+    version needs PyTorch: in the serving environment on the local backend (looked for,
+    not imported: the platform never imports torch), in the image
+    GANTRY_K8S_TORCHSCRIPT_IMAGE names on Kubernetes."""
     if runtime != "torchscript":
         return ""
+    if backend == "kubernetes":
+        if settings.GANTRY_K8S_TORCHSCRIPT_IMAGE:
+            return ""
+        return (
+            "TorchScript endpoints on Kubernetes need a serving image with PyTorch, and "
+            "GANTRY_K8S_TORCHSCRIPT_IMAGE names none: build platform/images/serving with "
+            "--build-arg TORCH=1 (or use an MLServer 1.7.1 image with torch) and set it."
+        )
     serving = Path(serving_python()).parents[1]
     if any(serving.glob("lib/python3*/site-packages/torch/__init__.py")):
         return ""

@@ -74,11 +74,11 @@ def _alias(model: RegisteredModel, name: str, field: str) -> Alias:
     return found
 
 
-def _check_servable(version: ModelVersion, field: str) -> None:
+def _check_servable(version: ModelVersion, field: str, backend: str) -> None:
     from endpoints.local import model_file_in
 
     try:
-        model_file_in(version)
+        model_file_in(version, backend)
     except ValueError as exc:
         raise ValidationError({field: str(exc)}) from None
 
@@ -101,12 +101,15 @@ def _clean(endpoint: Endpoint, fields: dict[str, Any]) -> list[str]:
         _check_servable(
             _alias(model, alias, "alias").version if alias else endpoint.version,
             "alias" if alias else "version",
+            endpoint.backend,
         )
     if "canary_alias" in fields:
         endpoint.canary_alias = (fields.get("canary_alias") or "").strip().lower()
         if endpoint.canary_alias:
             _check_servable(
-                _alias(model, endpoint.canary_alias, "canary_alias").version, "canary_alias"
+                _alias(model, endpoint.canary_alias, "canary_alias").version,
+                "canary_alias",
+                endpoint.backend,
             )
     if endpoint.canary_alias and not endpoint.canary_percent:
         raise ValidationError({"canary_percent": "Give the canary's share of requests (1-100)."})

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -70,3 +72,13 @@ def access_objects(project, owner):
         owner, project, name="served", model=model, version=version.number
     )
     return {Endpoint: endpoint}
+
+
+def torchscript_archive() -> bytes:
+    """The layout torch.jit.save writes (what the model hub recognises), no real module."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("digits/code/__torch__.py", "")
+        archive.writestr("digits/constants.pkl", b"")
+        archive.writestr("digits/data.pkl", b"")
+    return buffer.getvalue()

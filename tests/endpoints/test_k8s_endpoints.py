@@ -40,7 +40,7 @@ from endpoints.local import ReplicaError
 from endpoints.models import Endpoint, EndpointState
 from jobs.compute.kubernetes import manifests as m
 from modelhub import services as hub
-from tests.endpoints.builders import MLMODEL
+from tests.endpoints.builders import MLMODEL, torchscript_archive
 
 pytestmark = [pytest.mark.k8s_live, pytest.mark.slow]
 
@@ -431,3 +431,28 @@ def test_a_deployment_deleted_behind_gantrys_back_stops_counting_at_the_next_pas
 
     assert services.running_replica_counts().get(endpoint.pk) is None
     assert ReplicaInterval.objects.get(endpoint=endpoint).ended_at is not None
+
+
+def test_a_torchscript_version_runs_in_the_torchscript_image_with_its_runtime(
+    gantry, admin, served, owner, settings
+):
+    project, model, _, _ = served
+    archive = SimpleUploadedFile("net.torchscript.pt", torchscript_archive())
+    scripted = hub.upload_version(owner, model, [("net.torchscript.pt", archive)])
+    # Without an image that has PyTorch, refused in words, and no row written.
+    settings.GANTRY_K8S_TORCHSCRIPT_IMAGE = ""
+    with pytest.raises(ValidationError) as refused:
+        make_endpoint(owner, served, alias="", version=scripted.number)
+    assert "GANTRY_K8S_TORCHSCRIPT_IMAGE names none" in str(refused.value)
+    assert not Endpoint.objects.exists()
+
+    settings.GANTRY_K8S_TORCHSCRIPT_IMAGE = "registry.example/gantry/serving:torch"
+    endpoint = make_endpoint(owner, served, alias="", version=scripted.number)
+    rollout.route(endpoint)
+
+    pod = deployment(admin, endpoint, scripted.number).spec.template.spec
+    (init,) = pod.init_containers
+    env = {e.name: e.value for e in init.env}
+    assert env["IMPLEMENTATION"] == "gantry_runtime.CheckedTorchScriptModel"
+    assert env["MODEL_FILE"].endswith("/net.torchscript.pt")
+    assert {c.image for c in [init, *pod.containers]} == {settings.GANTRY_K8S_TORCHSCRIPT_IMAGE}

@@ -2,9 +2,6 @@
 from the version's files alone (no model server, no torch here). The serving runs are in
 test_serving.py (scikit-learn) and test_serving_torchscript.py (TorchScript)."""
 
-import io
-import zipfile
-
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -13,19 +10,9 @@ from endpoints import local, services
 from endpoints.models import Endpoint
 from modelhub import services as hub_services
 from modelhub.models import ModelFormat
-from tests.endpoints.builders import MLMODEL
+from tests.endpoints.builders import MLMODEL, torchscript_archive
 
 pytestmark = pytest.mark.django_db
-
-
-def torchscript_archive() -> bytes:
-    """The layout torch.jit.save writes (what the model hub recognises), no real module."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("digits/code/__torch__.py", "")
-        archive.writestr("digits/constants.pkl", b"")
-        archive.writestr("digits/data.pkl", b"")
-    return buffer.getvalue()
 
 
 @pytest.fixture
