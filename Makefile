@@ -13,7 +13,7 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: run examples serving-torch docs test test-fast test-sqlite test-postgres lint bench image-pytorch image-tensorflow install clean
+.PHONY: run examples serving-torch test-k8s-ddp docs test test-fast test-sqlite test-postgres lint bench image-pytorch image-tensorflow install clean
 
 RUN_STAMP := $(VENV)/.installed-run
 
@@ -111,6 +111,14 @@ test-postgres: $(STAMP)
 # not part of CI; writes bench/results/image_pytorch.json.
 image-pytorch image-tensorflow: $(STAMP)
 	$(BIN)/python bench/image_catalog.py $(@:image-%=%)
+
+# DDP over gloo across two pods on the real test node, in the PyTorch image above (built
+# first where missing): tests/jobs/test_k8s_real_node.py's test marked big_image, which
+# `make test` deselects (the image is 6 GB to build, push and pull). Not part of CI;
+# writes bench/results/k8s_ddp.json.
+test-k8s-ddp: $(STAMP)
+	$(BIN)/python bench/image_catalog.py pytorch --if-missing
+	$(BIN)/python -m pytest tests/jobs/test_k8s_real_node.py --big-images -m big_image -p no:randomly -s
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[bench]'

@@ -44,6 +44,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("framework", choices=sorted(FRAMEWORKS))
     parser.add_argument("--out", help="default: bench/results/image_<framework>.json")
+    parser.add_argument("--if-missing", action="store_true",
+                        help="build only where the image is not in buildah's store yet")
     args = parser.parse_args()
     target, probe = FRAMEWORKS[args.framework]
     out = args.out or os.path.join(ROOT, "bench", "results", f"image_{args.framework}.json")
@@ -52,6 +54,10 @@ def main() -> None:
     env = dict(line.split("=", 1) for line in subprocess.run(
         [script, "--env"], check=True, capture_output=True, text=True).stdout.splitlines())
     flags = shlex.split(env["BUILDAH_FLAGS"])
+    if args.if_missing and subprocess.run(["buildah", *flags, "inspect", "--type", "image",
+                                           target], capture_output=True).returncode == 0:
+        print(f"{target} is built already")
+        return
     runc = shutil.which("runc")
     cert = "/etc/ssl/certs/ca-certificates.crt"
     started = time.monotonic()

@@ -14,18 +14,31 @@ from accounts import services as account_services
 from projects import services as project_services
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--big-images",
+        action="store_true",
+        help="also run the tests marked big_image (`make test-k8s-ddp`; not in `make test`)",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `postgres` exercise PostgreSQL itself (a restart, say): on the SQLite
-    pass they are deselected, since nothing there could run them."""
+    pass they are deselected, since nothing there could run them. Tests marked
+    `big_image` need an image of gigabytes built first (`make test-k8s-ddp` builds it and
+    passes --big-images): deselected otherwise, and counted as deselected, not skipped."""
     from django.conf import settings
 
-    if "postgresql" in settings.DATABASES["default"]["ENGINE"]:
-        return
-    keep = [item for item in items if item.get_closest_marker("postgres") is None]
-    deselected = [item for item in items if item.get_closest_marker("postgres") is not None]
+    def out(item) -> bool:
+        if item.get_closest_marker("big_image") and not config.getoption("--big-images"):
+            return True
+        postgres = "postgresql" in settings.DATABASES["default"]["ENGINE"]
+        return item.get_closest_marker("postgres") is not None and not postgres
+
+    deselected = [item for item in items if out(item)]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = keep
+        items[:] = [item for item in items if not out(item)]
 
 
 # Outside services by the fixture that starts them: each test using one gets the marker

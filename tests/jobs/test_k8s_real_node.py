@@ -1030,3 +1030,89 @@ def test_an_endpoint_on_the_real_node_answers_through_gantrys_gateway(
           "v1's usage interval closed")  # fmt: skip
     (running,) = ReplicaInterval.objects.filter(endpoint=endpoint, ended_at=None)
     assert running.replica == ek.version_object_name(endpoint.pk, v2.number)
+
+
+DDP = """\
+import os, time, torch, torch.distributed as dist
+from sklearn.datasets import load_digits
+started = time.monotonic()
+dist.init_process_group("gloo")  # env://: MASTER_ADDR (<job>-0.<job>), MASTER_PORT, RANK, WORLD_SIZE
+rank, world = dist.get_rank(), dist.get_world_size()
+print("rank", rank, "of", world, "joined in", round(time.monotonic() - started, 1), "s", flush=True)
+total = torch.tensor([float(rank + 1)])
+dist.all_reduce(total)
+print("rank", rank, "all_reduce", int(total.item()), flush=True)
+torch.manual_seed(0)
+digits = load_digits()
+x = torch.tensor(digits.data[rank::world] / 16.0, dtype=torch.float32)
+y = torch.tensor(digits.target[rank::world])
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 10))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(30):
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()  # gradients averaged over both ranks by gloo
+    optimizer.step()
+weights = sum(p.detach().double().sum().item() for p in model.parameters())
+accuracy = (model(x).argmax(1) == y).float().mean().item()
+print("rank", rank, "weights", f"{weights:.6f}", "accuracy", f"{accuracy:.3f}", flush=True)
+dist.destroy_process_group()
+"""
+
+PYTORCH_IMAGE = "localhost/gantry/pytorch:2.7.1-local"  # bench/image_catalog.py's
+
+
+@pytest.mark.big_image
+def test_a_ddp_job_all_reduces_over_gloo_across_two_real_pods(gantry, real_node, owner, settings):
+    """DDP over gloo across the real node's pod network, in the catalog's PyTorch image
+    (6 GB: `make test-k8s-ddp` builds it with `make image-pytorch` and runs this; not in
+    `make test`, where the 2-pod rendezvous above checks the same names and ports over
+    plain TCP). The two ranks meet through the job's headless Service, all-reduce a
+    tensor, and train a DDP model on their halves of the digits: after the last step both
+    hold the same weights, as DDP's gradient averaging promises."""
+    from jobs.models import LogChunk
+
+    _, flags = python_image()
+    if subprocess.run(["buildah", *flags, "inspect", "--type", "image", PYTORCH_IMAGE],
+                      capture_output=True).returncode:  # fmt: skip
+        pytest.fail(f"{PYTORCH_IMAGE} is not built: run `make image-pytorch` first")
+    _, _, registry, _ = real_node
+    pushed = f"{registry.host}/gantry/pytorch:2.7.1-local"
+    begun = time.monotonic()
+    subprocess.run(
+        ["buildah", *flags, "push", "--quiet", "--disable-compression", "--tls-verify=false",
+         "--creds", f"{USERNAME}:{PASSWORD}", PYTORCH_IMAGE, f"docker://{pushed}"],
+        check=True, capture_output=True, timeout=1200,
+    )  # fmt: skip
+    pushed_s = time.monotonic() - begun
+    settings.GANTRY_K8S_DEFAULT_IMAGE = pushed
+    project, ns = real_tenant(gantry, owner, registry, "ddp")
+    begun = time.monotonic()
+    job = gantry.submit(
+        owner, project, name="ddp", kind="distributed", workers=2, cpus=1, memory_mb=3072,
+        command=f"python -c {shlex.quote(DDP)}",
+    )  # fmt: skip
+    try:
+        gantry.ended(job, timeout=1200, reconcile=job)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{diagnosis(real_node, job, ns)}") from None
+    took = time.monotonic() - begun
+    assert job.state == "succeeded", diagnosis(real_node, job, ns)
+    lines = [x["text"] for c in LogChunk.objects.filter(job=job) for x in c.lines()]
+    assert "rank 0 all_reduce 3" in lines and "rank 1 all_reduce 3" in lines, lines
+    said = {int(x.split()[1]): x.split() for x in lines if " weights " in x}
+    assert sorted(said) == [0, 1], lines
+    assert said[0][3] == said[1][3], said  # the same weights on both ranks
+    assert all(float(s[5]) > 0.85 for s in said.values()), said
+    pods = gantry.admin.pods(job)
+    assert len({p.status.pod_ip for p in pods}) == 2
+    times = {
+        "image": PYTORCH_IMAGE,
+        "push_uncompressed_s": round(pushed_s, 1),
+        "submit_to_succeeded_s": round(took, 1),
+        "ranks": {rank: {"weights": s[3], "accuracy": float(s[5])} for rank, s in said.items()},
+        "joined": [x for x in lines if " joined in " in x],
+    }
+    print(json.dumps(times, indent=2))
+    out = Path(settings.BASE_DIR) / "bench" / "results" / "k8s_ddp.json"
+    out.write_text(json.dumps(times, indent=2) + "\n")
