@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import time
 import weakref
@@ -259,9 +260,23 @@ def _translate_invocations(body: bytes, model_name: str) -> bytes:
 
 
 def _untranslate(content: bytes) -> bytes:
+    """The v2 answer's first output as MLflow's `{"predictions": ...}`, its values nested
+    as its shape says (an MLflow model's class probabilities: a list per row)."""
     answer = json.loads(content)
-    outputs = answer.get("outputs") or [{}]
-    return json.dumps({"predictions": outputs[0].get("data", [])}).encode()
+    output = (answer.get("outputs") or [{}])[0]
+    predictions = _nested(output.get("data", []), list(output.get("shape") or []))
+    return json.dumps({"predictions": predictions}).encode()
+
+
+def _nested(values: list, shape: list) -> list:
+    """Row-major `values` nested as `shape` says, trailing dimensions of 1 dropped: a
+    class per row, which MLServer sends as shape [n, 1], stays a flat list."""
+    while len(shape) > 1 and shape[-1] == 1:
+        shape = shape[:-1]
+    if len(shape) <= 1 or math.prod(shape) != len(values):
+        return values
+    step = math.prod(shape[1:])
+    return [_nested(values[i : i + step], shape[1:]) for i in range(0, len(values), step)]
 
 
 # On Kubernetes a replica is a Service, called by its cluster DNS name

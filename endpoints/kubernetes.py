@@ -67,6 +67,7 @@ RUNTIME = (Path(__file__).parent / "runtime" / "gantry_runtime.py").read_text()
 IMPLEMENTATIONS = {
     "sklearn": "gantry_runtime.CheckedSKLearnModel",
     "torchscript": "gantry_runtime.CheckedTorchScriptModel",
+    "mlflow": "gantry_runtime.CheckedMLflowModel",
 }
 
 

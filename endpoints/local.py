@@ -38,7 +38,7 @@ import yaml
 from django.conf import settings
 from django.utils import timezone
 
-from endpoints import usage
+from endpoints import kubernetes, usage
 from jobs.compute import sandbox
 from jobs.compute.local import process_matches, process_start_time, process_tree, stop_processes
 from modelhub.models import ModelFormat, ModelVersion
@@ -80,21 +80,44 @@ def endpoint_uid(endpoint_pk: int) -> int:
 
 @dataclass(frozen=True)
 class Served:
-    """How a replica serves a model version: the file its runtime loads, relative to the
-    version's folder, and the runtime's name (RUNTIMES in runtime/serve_model.py)."""
+    """How a replica serves a model version: what its runtime loads (a file, or for the
+    MLflow runtime the model's folder), relative to the version's folder; the runtime's
+    name (RUNTIMES in runtime/serve_model.py); and the libraries the model's MLflow
+    flavor imports beyond MLflow (MLFLOW_FLAVOR_LIBRARIES), which the serving
+    environment must have."""
 
     path: str
     runtime: str
+    libraries: tuple[str, ...] = ()
 
 
-SERVED_FORMATS = "MLflow models of the scikit-learn flavor and TorchScript models"
+SERVED_FORMATS = "MLflow models (pyfunc) and TorchScript models"
+
+# The library an MLflow flavor's loader imports (MLmodel's python_function
+# loader_module), by its import name: a model of that flavor fails to load without it.
+MLFLOW_FLAVOR_LIBRARIES = {
+    "mlflow.pytorch": "torch",
+    "mlflow.tensorflow": "tensorflow",
+    "mlflow.keras": "keras",
+    "mlflow.xgboost": "xgboost",
+    "mlflow.lightgbm": "lightgbm",
+    "mlflow.catboost": "catboost",
+    "mlflow.onnx": "onnxruntime",
+    "mlflow.transformers": "transformers",
+    "mlflow.sentence_transformers": "sentence_transformers",
+    "mlflow.statsmodels": "statsmodels",
+    "mlflow.prophet": "prophet",
+    "mlflow.spacy": "spacy",
+}
 
 
 def served_file(version: ModelVersion) -> Served:
     """What serves `version`: MLflow models of the sklearn flavor (what
-    `mlflow.sklearn.log_model` stores) with MLServer's scikit-learn runtime, TorchScript
-    archives (`torch.jit.save`) with Gantry's TorchScript runtime. A ValueError says
-    why anything else is not served."""
+    `mlflow.sklearn.log_model` stores) with MLServer's scikit-learn runtime (checked, and
+    faster to start than MLflow's), other MLflow models with the python_function flavor
+    (`mlflow.pyfunc.save_model`, and most flavors' log_model) with MLServer's MLflow
+    runtime, TorchScript archives (`torch.jit.save`) with Gantry's TorchScript runtime.
+    A ValueError says why anything else is not served."""
     if version.format == ModelFormat.TORCHSCRIPT:
         return Served(version.primary_file, "torchscript")
     if version.format == ModelFormat.PYTORCH:
@@ -109,6 +132,32 @@ def served_file(version: ModelVersion) -> Served:
             f"{version} is in the {version.get_format_display()} format; endpoints serve "
             f"{SERVED_FORMATS} for now."
         )
+    flavors = _mlflow_flavors(version)
+    base = (version.primary_file or "MLmodel").rpartition("/")[0]
+    sklearn = flavors.get("sklearn")
+    pyfunc = flavors.get("python_function")
+    if isinstance(sklearn, dict) and isinstance(sklearn.get("pickled_model"), str):
+        if sklearn.get("serialization_format", "cloudpickle") in ("cloudpickle", "pickle"):
+            pickled = sklearn["pickled_model"]
+            return Served(f"{base}/{pickled}" if base else pickled, "sklearn")
+        if not isinstance(pyfunc, dict):
+            raise ValueError(
+                f"{version} is saved as {sklearn['serialization_format']}; MLServer's "
+                "scikit-learn runtime loads pickle and cloudpickle files."
+            )
+    if isinstance(pyfunc, dict):
+        library = MLFLOW_FLAVOR_LIBRARIES.get(pyfunc.get("loader_module"))
+        # The folder holding MLmodel; "." where it is the version's own.
+        return Served(base or ".", "mlflow", (library,) if library else ())
+    shown = ", ".join(sorted(flavors)) or "none"
+    raise ValueError(
+        f"{version} has neither the scikit-learn nor the python_function flavor (its "
+        f"flavors: {shown}); endpoints serve {SERVED_FORMATS} for now."
+    )
+
+
+def _mlflow_flavors(version: ModelVersion) -> dict:
+    """The flavors the version's MLmodel names; a ValueError where it has none to read."""
     mlmodel = version.files.filter(path=version.primary_file or "MLmodel").first()
     if mlmodel is None:
         raise ValueError(f"{version} has no MLmodel file.")
@@ -118,41 +167,36 @@ def served_file(version: ModelVersion) -> Served:
         except yaml.YAMLError as exc:
             raise ValueError(f"{version}'s MLmodel is not YAML: {exc}") from None
     flavors = described.get("flavors") if isinstance(described, dict) else None
-    sklearn = (flavors or {}).get("sklearn") if isinstance(flavors, dict) else None
-    if not isinstance(sklearn, dict) or not isinstance(sklearn.get("pickled_model"), str):
-        shown = ", ".join(sorted(flavors or {})) or "none"
-        raise ValueError(
-            f"{version} has no scikit-learn flavor (its flavors: {shown}); endpoints serve "
-            f"{SERVED_FORMATS} for now."
-        )
-    if sklearn.get("serialization_format", "cloudpickle") not in ("cloudpickle", "pickle"):
-        raise ValueError(
-            f"{version} is saved as {sklearn['serialization_format']}; MLServer's scikit-learn "
-            "runtime loads pickle and cloudpickle files."
-        )
-    base = (version.primary_file or "MLmodel").rpartition("/")[0]
-    return Served(
-        f"{base}/{sklearn['pickled_model']}" if base else sklearn["pickled_model"], "sklearn"
-    )
+    return flavors if isinstance(flavors, dict) else {}
 
 
 def model_file_in(version: ModelVersion, backend: str | None = None) -> str:
     """The file the version's runtime loads (served_file), once the backend can serve
     it (`runtime_missing`; the endpoint's backend, else the configured one)."""
     served = served_file(version)
-    missing = runtime_missing(served.runtime, backend or settings.GANTRY_JOB_BACKEND)
+    missing = runtime_missing(
+        served.runtime, backend or settings.GANTRY_JOB_BACKEND, served.libraries
+    )
     if missing:
         raise ValueError(missing)
     return served.path
 
 
-def runtime_missing(runtime: str, backend: str = "local") -> str:
-    """Why `backend` cannot run `runtime`, in words; empty when it can. A TorchScript
-    version needs PyTorch: in the serving environment on the local backend (looked for,
-    not imported: the platform never imports torch), in the image
-    GANTRY_K8S_TORCHSCRIPT_IMAGE names on Kubernetes."""
-    if runtime != "torchscript":
-        return ""
+def runtime_missing(runtime: str, backend: str = "local", libraries: tuple[str, ...] = ()) -> str:
+    """Why `backend` cannot run `runtime`, in words; empty when it can. TorchScript needs
+    PyTorch, an MLflow model the `libraries` its flavor imports (Served.libraries): each
+    looked for in the serving environment on the local backend (never imported: the
+    platform never imports torch or MLflow's flavors)."""
+    if runtime == "torchscript":
+        return _torchscript_missing(backend)
+    if runtime == "mlflow":
+        return _mlflow_missing(backend, libraries)
+    return ""
+
+
+def _torchscript_missing(backend: str) -> str:
+    """PyTorch: in the serving environment, or on Kubernetes in the image
+    GANTRY_K8S_TORCHSCRIPT_IMAGE names."""
     if backend == "kubernetes":
         if settings.GANTRY_K8S_TORCHSCRIPT_IMAGE:
             return ""
@@ -161,14 +205,48 @@ def runtime_missing(runtime: str, backend: str = "local") -> str:
             "GANTRY_K8S_TORCHSCRIPT_IMAGE names none: build platform/images/serving with "
             "--build-arg TORCH=1 (or use an MLServer 1.7.1 image with torch) and set it."
         )
-    serving = Path(serving_python()).parents[1]
-    if any(serving.glob("lib/python3*/site-packages/torch/__init__.py")):
+    if _in_serving("torch"):
         return ""
+    serving = Path(serving_python()).parents[1]
     return (
         f"TorchScript endpoints need PyTorch in the serving environment ({serving.name}), "
         "and it has none: run `make serving-torch` (PyPI's CUDA build: 4.6 GiB, under a "
         "minute on a fast link)."
     )
+
+
+def _mlflow_missing(backend: str, libraries: tuple[str, ...]) -> str:
+    """The flavor's libraries in the serving environment. On Kubernetes an image's
+    libraries are not known here (a missing one fails the pod's load, in MLflow's
+    words), but Seldon's scikit-learn image, GANTRY_K8S_ENDPOINT_IMAGE's default, is
+    known to lack MLServer's MLflow runtime itself."""
+    if backend == "kubernetes":
+        if settings.GANTRY_K8S_ENDPOINT_IMAGE != kubernetes.ENDPOINT_IMAGE:
+            return ""
+        return (
+            "MLflow endpoints on Kubernetes need MLServer's MLflow runtime (mlserver-mlflow) "
+            f"in the serving image, and GANTRY_K8S_ENDPOINT_IMAGE is Seldon's scikit-learn "
+            f"image ({kubernetes.ENDPOINT_IMAGE}), which has none: build "
+            "platform/images/serving (platform/dev/images-build) and set it."
+        )
+    absent = [library for library in libraries if not _in_serving(library)]
+    if not absent:
+        return ""
+    serving = Path(serving_python()).parents[1].name
+    named = " and ".join(absent)
+    todo = "run `make serving-torch`" if absent == ["torch"] else f"pip install {named} there"
+    return (
+        f"This MLflow model's flavor needs {named} in the serving environment ({serving}), "
+        f"and it has none: {todo}. A model runs with the serving environment's libraries; "
+        "its own requirements are not installed."
+    )
+
+
+def _in_serving(module: str) -> bool:
+    """Whether the serving environment has the package `module` (its folder, looked for:
+    never imported here)."""
+    serving = Path(serving_python()).parents[1]
+    return any(serving.glob(f"lib/python3*/site-packages/{module}/__init__.py"))
 
 
 def model_dir(version: ModelVersion) -> Path:
@@ -280,7 +358,7 @@ def ready(replica: Replica, model_name: str) -> bool:
 def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
     """Start `replica` unless it runs; True when this call started it."""
     served = served_file(version)
-    missing = runtime_missing(served.runtime)
+    missing = runtime_missing(served.runtime, "local", served.libraries)
     if missing:
         raise ReplicaError(missing)
     model = model_dir(version)

@@ -176,7 +176,8 @@ GANTRY_IMAGE_BUILD_MEMORY_MB = setting("int", "GANTRY_IMAGE_BUILD_MEMORY_MB", 40
 GANTRY_K8S_LAUNCH_CONCURRENCY = setting("int", "GANTRY_K8S_LAUNCH_CONCURRENCY", 16)
 GANTRY_K8S_DEFAULT_IMAGE = setting("str", "GANTRY_K8S_DEFAULT_IMAGE", "gantry/pytorch:latest")
 # The image of endpoints' pods on Kubernetes (MLServer with its scikit-learn runtime and
-# `python`: platform/images/serving, built by platform/dev/images-build).
+# `python`: platform/images/serving, built by platform/dev/images-build, which also has
+# the MLflow runtime MLflow pyfunc endpoints need; the default, Seldon's, has not).
 GANTRY_K8S_ENDPOINT_IMAGE = setting(
     "str", "GANTRY_K8S_ENDPOINT_IMAGE", "docker.io/seldonio/mlserver:1.7.1-sklearn"
 )

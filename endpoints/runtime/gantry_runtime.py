@@ -4,18 +4,21 @@ Kubernetes the endpoint's init container writes it beside the model's
 model-settings.json, from where MLServer imports a model's own runtime
 (endpoints/kubernetes.py).
 
-Two runtimes, named by endpoints.local.served_file: scikit-learn models saved by MLflow
-(`CheckedSKLearnModel`) and TorchScript modules (`CheckedTorchScriptModel`). Each answers
-a payload the model refuses as the client's error: 400 with the model's words, where
+Three runtimes, named by endpoints.local.served_file: scikit-learn models saved by MLflow
+(`CheckedSKLearnModel`), TorchScript modules (`CheckedTorchScriptModel`) and other MLflow
+models, through their python_function flavor (`CheckedMLflowModel`). Each answers a
+payload the model refuses as the client's error: 400 with the model's words, where
 MLServer would answer a bare 500. torch is imported only when a TorchScript model
-loads, so a scikit-learn replica, and an environment without torch, never needs it.
+loads, and MLflow only when the MLflow runtime is first asked for (module `__getattr__`:
+MLServer imports a runtime by its dotted name), so a scikit-learn replica starts as
+fast as before and an environment without torch never needs it.
 """
 
 import re
 
 import numpy as np
 from mlserver import MLModel
-from mlserver.codecs import NumpyCodec, NumpyRequestCodec
+from mlserver.codecs import NumpyCodec, NumpyRequestCodec, get_decoded, has_decoded
 from mlserver.errors import InferenceError
 from mlserver.types import InferenceRequest, InferenceResponse, RequestOutput
 from mlserver.utils import get_model_uri
@@ -124,3 +127,91 @@ def _message(exc: Exception) -> str:
     if not lines:
         return type(exc).__name__
     return re.sub(r"^(?:builtins\.)?[A-Za-z_.]*(?:Error|Exception): ", "", lines[-1])
+
+
+# --- MLflow pyfunc ------------------------------------------------------------------------
+
+
+def __getattr__(name: str):
+    """CheckedMLflowModel, made on first use: importing mlserver_mlflow imports MLflow
+    (about a second), which the other runtimes' replicas never need."""
+    if name != "CheckedMLflowModel":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    global CheckedMLflowModel
+    CheckedMLflowModel = _checked_mlflow_model()
+    return CheckedMLflowModel
+
+
+NO_MLFLOW = (
+    "MLflow models need MLServer's MLflow runtime (mlserver-mlflow, with MLflow) in the "
+    "serving environment, and it has none: it is in endpoints/runtime/requirements.txt "
+    "(make install; on Kubernetes, the image platform/images/serving builds)."
+)
+
+
+def _checked_mlflow_model() -> type:
+    try:
+        from mlflow.exceptions import MlflowException
+        from mlserver_mlflow import MLflowRuntime
+        from mlserver_mlflow.codecs import TensorDictCodec
+    except ImportError as missing:
+        raise ImportError(f"{NO_MLFLOW} ({missing})") from missing
+
+    class CheckedMLflowModel(MLflowRuntime):
+        """MLServer's MLflow runtime: an MLflow model loaded with
+        `mlflow.pyfunc.load_model` (the serving environment's libraries; the model's own
+        requirements.txt or conda.yaml are not installed), with three changes.
+
+        A request with no content type, to a model with no signature to say one, reaches
+        the model as MLflow's own server would give it `{"inputs": ...}`: one input as
+        a NumPy array, several as a dict of them (MLServer's runtime would pass its
+        request object). An answer that is a list or a pandas Series is sent as an
+        array (MLServer encodes neither). A payload the model refuses (its signature's
+        schema enforcement, or the model's own ValueError, TypeError...) is the caller's
+        error: 400 with the model's words, where MLServer would answer a bare 500."""
+
+        def decode_request(self, inference_request, default_codec=None):
+            decoded = super().decode_request(inference_request, default_codec)
+            if decoded is not inference_request:
+                return decoded
+            # No content type for the request: its inputs as NumPy arrays.
+            tensors = {given.name: _tensor(given) for given in inference_request.inputs}
+            return next(iter(tensors.values())) if len(tensors) == 1 else tensors
+
+        async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+            data = self.decode_request(payload)
+            params = payload.parameters.model_extra if payload.parameters else None
+            try:
+                answer = self._model.predict(data, params=params or None)
+            except MlflowException as exc:
+                raise InferenceError(_mlflow_message(exc.message)) from exc
+            except (ValueError, TypeError, IndexError, KeyError) as exc:
+                raise InferenceError(f"the model refused the input: {exc}") from exc
+            return self.encode_response(_encodable(answer), default_codec=TensorDictCodec)
+
+    CheckedMLflowModel.__qualname__ = "CheckedMLflowModel"  # as MLServer's logs name it
+    return CheckedMLflowModel
+
+
+def _tensor(request_input):
+    """A request's input as a NumPy array, unless its own content type decoded it."""
+    if has_decoded(request_input):
+        return get_decoded(request_input)
+    return NumpyCodec.decode_input(request_input)
+
+
+def _encodable(answer):
+    """The pyfunc's answer as MLServer's codecs take it: a NumPy array, a pandas
+    DataFrame or a dict of arrays."""
+    if isinstance(answer, dict):
+        return {str(name): np.asarray(value) for name, value in answer.items()}
+    if isinstance(answer, np.ndarray) or type(answer).__name__ == "DataFrame":
+        return answer
+    return np.asarray(answer)
+
+
+def _mlflow_message(message: str) -> str:
+    """MLflow's schema error without the input it prints whole ("Failed to enforce schema
+    of data '[[...]]' with schema ..."), at most 1,000 characters."""
+    message = re.sub(r"of data '.*' with schema", "of the input with schema", message, flags=re.S)
+    return message if len(message) <= 1000 else message[:1000] + "…"

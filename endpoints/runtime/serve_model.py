@@ -2,8 +2,8 @@
 
 Run by the serving virtualenv's Python (endpoints/runtime/requirements.txt), inside the
 replica's sandbox; Gantry never imports it. It starts MLServer (KServe v2 REST) with
-the runtime named RUNTIME (RUNTIMES: Gantry's scikit-learn or TorchScript runtime of
-gantry_runtime.py, as endpoints.local.served_file chose) on a Unix socket instead of a
+the runtime named RUNTIME (RUNTIMES: Gantry's scikit-learn, TorchScript or MLflow runtime
+of gantry_runtime.py, as endpoints.local.served_file chose) on a Unix socket instead of a
 TCP port, so the only way in is the socket file Gantry's gateway connects to; MLServer's
 gRPC server listens on a free port of the sandbox's own loopback (no network beyond
 it), and its metrics server is off.
@@ -22,11 +22,17 @@ import sys
 import time
 
 # Beside this file, on the script's path.
-from gantry_runtime import CheckedSKLearnModel, CheckedTorchScriptModel
+import gantry_runtime
 from mlserver import MLServer
 from mlserver.settings import ModelParameters, ModelSettings, Settings
 
-RUNTIMES = {"sklearn": CheckedSKLearnModel, "torchscript": CheckedTorchScriptModel}
+# Each runtime by its name in gantry_runtime, looked up only for the one served (the
+# MLflow runtime imports MLflow when it is first asked for).
+RUNTIMES = {
+    "sklearn": "CheckedSKLearnModel",
+    "torchscript": "CheckedTorchScriptModel",
+    "mlflow": "CheckedMLflowModel",
+}
 
 
 class IdleClock:
@@ -57,7 +63,7 @@ async def serve(
     settings._custom_rest_server_settings = {"uds": socket_path}
     model = ModelSettings(
         name=name,
-        implementation=RUNTIMES[runtime],
+        implementation=getattr(gantry_runtime, RUNTIMES[runtime]),
         parameters=ModelParameters(uri=model_file, version=version),
     )
     server = MLServer(settings)

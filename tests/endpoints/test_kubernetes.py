@@ -85,12 +85,17 @@ def test_a_payload_the_model_refuses_is_the_callers_error_as_on_the_local_backen
 
     env = fetch_env(SPEC)
     module = ast.parse(env["RUNTIME"], "gantry_runtime.py")  # MLServer is not here
-    classes = [c.name for c in module.body if isinstance(c, ast.ClassDef)]
-    assert classes == ["CheckedSKLearnModel", "CheckedTorchScriptModel"]
+    # Every runtime a version may name is defined there (the MLflow one on first use).
+    classes = {c.name for c in ast.walk(module) if isinstance(c, ast.ClassDef)}
+    assert classes == {"CheckedSKLearnModel", "CheckedTorchScriptModel", "CheckedMLflowModel"}
+    assert {name.removeprefix("gantry_runtime.") for name in ek.IMPLEMENTATIONS.values()} == classes
     assert env["IMPLEMENTATION"] == "gantry_runtime.CheckedSKLearnModel"
     assert '"implementation": os.environ["IMPLEMENTATION"]' in ek.FETCH
     torchscript = ek.EndpointSpec(**{**SPEC.__dict__, "runtime": "torchscript"})
     assert fetch_env(torchscript)["IMPLEMENTATION"] == "gantry_runtime.CheckedTorchScriptModel"
+    pyfunc = ek.EndpointSpec(**{**SPEC.__dict__, "runtime": "mlflow", "model_file": "."})
+    assert fetch_env(pyfunc)["IMPLEMENTATION"] == "gantry_runtime.CheckedMLflowModel"
+    assert fetch_env(pyfunc)["MODEL_FILE"] == f"{ek.MODEL_DIR}/."
 
 
 @pytest.mark.k8s_live

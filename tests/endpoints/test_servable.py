@@ -1,6 +1,7 @@
 """Which runtime serves a model version, and the words for what is not served: decided
 from the version's files alone (no model server, no torch here). The serving runs are in
-test_serving.py (scikit-learn) and test_serving_torchscript.py (TorchScript)."""
+test_serving.py (scikit-learn), test_serving_torchscript.py (TorchScript) and
+test_serving_mlflow.py (MLflow pyfunc)."""
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -49,6 +50,68 @@ def test_each_format_gets_its_runtime(owner, model):
     assert local.served_file(scripted) == local.Served("net.torchscript.pt", "torchscript")
 
 
+# What mlflow.pyfunc.save_model writes for a custom PythonModel, and for other flavors.
+PYFUNC_MLMODEL = b"""flavors:
+  python_function:
+    loader_module: mlflow.pyfunc.model
+    python_model: python_model.pkl
+"""
+PYTORCH_MLMODEL = b"""flavors:
+  python_function:
+    loader_module: mlflow.pytorch
+    data: data
+  pytorch:
+    model_data: data
+"""
+SKOPS_MLMODEL = b"""flavors:
+  python_function:
+    loader_module: mlflow.sklearn
+    model_path: model.skops
+  sklearn:
+    pickled_model: model.skops
+    serialization_format: skops
+"""
+
+
+def test_an_mlflow_model_without_the_sklearn_flavor_is_served_by_its_pyfunc(owner, model):
+    pyfunc = upload(owner, model, "MLmodel", PYFUNC_MLMODEL)
+    assert local.served_file(pyfunc) == local.Served(".", "mlflow")
+    # A scikit-learn model MLServer's scikit-learn runtime cannot unpickle: MLflow loads it.
+    skops = upload(owner, model, "MLmodel", SKOPS_MLMODEL)
+    assert local.served_file(skops) == local.Served(".", "mlflow")
+    # The scikit-learn flavor keeps its own runtime.
+    sklearn = upload(owner, model, "MLmodel", MLMODEL)
+    assert local.served_file(sklearn).runtime == "sklearn"
+    tensorflow = upload(owner, model, "MLmodel", b"flavors:\n  tensorflow: {}\n")
+    with pytest.raises(ValueError, match=r"neither the scikit-learn nor the python_function"):
+        local.served_file(tensorflow)
+
+
+def test_an_mlflow_model_whose_flavor_needs_torch_says_what_to_run_without_it(
+    owner, project, model, serving_env
+):
+    version = upload(owner, model, "MLmodel", PYTORCH_MLMODEL)
+    assert local.served_file(version) == local.Served(".", "mlflow", ("torch",))
+    serving_env(with_torch=False)
+    with pytest.raises(ValidationError) as refused:
+        services.create_endpoint(owner, project, name="digits", model=model, version=1)
+    message = " ".join(refused.value.message_dict["version"])
+    assert "This MLflow model's flavor needs torch in the serving environment" in message
+    assert "run `make serving-torch`" in message
+    serving_env(with_torch=True)
+    endpoint = services.create_endpoint(owner, project, name="digits", model=model, version=1)
+    assert endpoint.version.number == 1
+
+
+def test_mlflow_endpoints_on_kubernetes_need_an_image_with_mlflows_runtime(settings):
+    settings.GANTRY_K8S_ENDPOINT_IMAGE = "docker.io/seldonio/mlserver:1.7.1-sklearn"
+    missing = local.runtime_missing("mlflow", "kubernetes")
+    assert "need MLServer's MLflow runtime (mlserver-mlflow)" in missing
+    assert "build platform/images/serving" in missing
+    settings.GANTRY_K8S_ENDPOINT_IMAGE = "registry.lab/gantry/serving:1"
+    assert local.runtime_missing("mlflow", "kubernetes") == ""
+
+
 def test_a_torchscript_endpoint_is_created_where_the_serving_environment_has_torch(
     owner, project, model, serving_env
 ):
@@ -93,7 +156,7 @@ def test_a_pytorch_state_dict_and_other_formats_are_refused_in_words(owner, proj
         services.create_endpoint(owner, project, name="onnx", model=model, version=2)
     message = " ".join(refused.value.message_dict["version"])
     assert "is in the ONNX format" in message
-    assert "MLflow models of the scikit-learn flavor and TorchScript models" in message
+    assert "MLflow models (pyfunc) and TorchScript models" in message
     assert not Endpoint.objects.exists()
 
 
