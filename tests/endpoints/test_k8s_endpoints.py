@@ -456,3 +456,50 @@ def test_a_torchscript_version_runs_in_the_torchscript_image_with_its_runtime(
     assert env["IMPLEMENTATION"] == "gantry_runtime.CheckedTorchScriptModel"
     assert env["MODEL_FILE"].endswith("/net.torchscript.pt")
     assert {c.image for c in [init, *pod.containers]} == {settings.GANTRY_K8S_TORCHSCRIPT_IMAGE}
+
+
+def test_a_gpu_endpoint_runs_its_replicas_on_gpu_nodes_and_counts_its_gpus(
+    gantry, admin, served, owner
+):
+    """GPU replicas as the cluster schedules them: kwok's GPU nodes advertise
+    nvidia.com/gpu as a device plugin would (tests/k8s_cluster.py; no GPU here, no
+    device plugin runs), so what is proven is the request, the placement, the tolerations
+    and Gantry's counting, not a GPU inside the container."""
+    from endpoints.models import ReplicaInterval
+    from scheduling.services import set_tenant_quota
+
+    project, model, _, _ = served
+    tenant = project.tenant
+    set_tenant_quota(actor=owner, tenant=tenant, guaranteed_gpus=2, borrow_limit_gpus=0)
+    endpoint = make_endpoint(owner, served, replicas=2, gpus=1)
+
+    rollout.route(endpoint)
+
+    ns, selector = namespace(endpoint), f"{ek.LABEL_ENDPOINT}={endpoint.pk}"
+
+    def said() -> str:
+        pods = admin.core.list_namespaced_pod(ns, label_selector=selector).items
+        events = admin.core.list_namespaced_event(ns).items
+        return "\n".join([*(f"{p.metadata.name} {p.status.phase} {p.spec.node_name}" for p in pods),
+                          *(f"{e.involved_object.name} {e.reason}: {e.message}" for e in events)])
+
+    until(lambda: (deployment(admin, endpoint, 1).status.ready_replicas or 0) == 2,
+          f"2 ready {said()}")
+    pods = admin.core.list_namespaced_pod(ns, label_selector=selector).items
+    assert len(pods) == 2
+    for pod in pods:
+        (server,) = pod.spec.containers
+        assert server.resources.limits["nvidia.com/gpu"] == "1"
+        assert server.resources.requests["nvidia.com/gpu"] == "1"
+        assert {t.key for t in pod.spec.tolerations or []} >= {"nvidia.com/gpu"}
+        node = admin.core.read_node(pod.spec.node_name)
+        assert node.metadata.labels.get("nvidia.com/gpu.present") == "true", pod.spec.node_name
+    held = services.tenant_serving_holdings([tenant.pk])[tenant.pk]
+    assert (held["gpus"], held["replicas"]) == (2, 2)
+    (interval,) = ReplicaInterval.objects.filter(endpoint=endpoint)
+    assert (interval.gpus, interval.replicas) == (1, 2)
+    # The tenant's 2 GPUs are held: another GPU endpoint is refused, nothing written.
+    with pytest.raises(ValidationError) as refused:
+        services.create_endpoint(owner, project, name="more", model=model, alias="champion", gpus=1)
+    assert "2 GPUs by other endpoints" in str(refused.value), refused.value
+    assert not Endpoint.objects.filter(name="more").exists()

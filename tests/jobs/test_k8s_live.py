@@ -504,6 +504,31 @@ def test_train_job_runs_on_a_gpu_node_and_succeeds(gantry, admin, tenant_project
     assert gantry.states(job) == ["queued", "admitted", "starting", "running", "succeeded"]
 
 
+def test_a_cpu_job_in_a_tenant_with_a_gpu_quota_asks_for_no_gpu(
+    gantry, admin, tenant_project, owner
+):
+    """The namespace's LimitRange caps a container's GPUs at the tenant's quota; with no
+    default of its own the API server would default every container's GPUs to that cap,
+    so a CPU job would ask for all of the tenant's GPUs (and be refused by the quota, or
+    hold them)."""
+    from scheduling.models import TenantQuota
+
+    tenant, project = tenant_project
+    TenantQuota.objects.create(tenant=tenant, guaranteed_gpus=2)
+    job = gantry.submit(owner, project, cpus=1)
+    pod = gantry.pump(
+        lambda: [p for p in admin.pods(job) if p.status.phase == "Running"], "pod Running"
+    )[0]
+    (container,) = pod.spec.containers
+    for amounts in (container.resources.limits, container.resources.requests):
+        assert amounts.get("nvidia.com/gpu", "0") == "0", amounts
+    # A second one runs beside it: neither holds the tenant's 2 GPUs.
+    other = gantry.submit(owner, project, name="other", cpus=1)
+    gantry.pump(
+        lambda: [p for p in admin.pods(other) if p.status.phase == "Running"], "other Running"
+    )
+
+
 def test_two_worker_distributed_job_gets_indexed_pods_and_succeeds(
     gantry, admin, tenant_project, owner
 ):

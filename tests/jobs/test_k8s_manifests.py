@@ -162,7 +162,10 @@ def test_tenant_quota_becomes_the_namespace_resource_quota():
         "requests.cpu": "64",
         "requests.memory": "262144Mi",
     }
-    assert limits["spec"]["limits"][0]["max"] == {"nvidia.com/gpu": "6"}
+    (limit,) = limits["spec"]["limits"]
+    assert limit["max"] == {"nvidia.com/gpu": "6"}
+    # A container naming no GPUs gets none (not the max, the API server's default).
+    assert limit["default"]["nvidia.com/gpu"] == limit["defaultRequest"]["nvidia.com/gpu"] == "0"
     assert policy["spec"]["podSelector"] == {"matchLabels": {"gantry.dev/kind": "notebook"}}
     assert m.tenant_manifests("x", None, CFG)[1]["spec"]["hard"] == {}
 

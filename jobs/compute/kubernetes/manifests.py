@@ -223,8 +223,13 @@ def tenant_manifests(tenant_slug: str, quota: QuotaSpec | None, cfg: ManifestCon
         "defaultRequest": {"cpu": "1", "memory": "1024Mi"},
     }
     if quota.gpus is not None:
-        # No single container may ask for more GPUs than the whole tenant may hold.
+        # No single container may ask for more GPUs than the whole tenant may hold. With a
+        # max and no default of its own, the API server defaults a container's GPU limit
+        # (and so its request) to that max: every container naming no GPUs (a CPU job's,
+        # an endpoint's model-fetching init container) would ask for all of the tenant's.
         limit["max"] = {GPU_RESOURCE: str(quota.gpus)}
+        limit["default"][GPU_RESOURCE] = "0"
+        limit["defaultRequest"][GPU_RESOURCE] = "0"
     return [
         {
             "apiVersion": "v1",
