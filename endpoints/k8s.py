@@ -96,13 +96,12 @@ def service_url(endpoint: Endpoint, version_number: int) -> str:
 
 def spec_of(endpoint: Endpoint, version, replicas: int) -> ek.EndpointSpec:
     """The version's Deployment as asked: its file and runtime (endpoints.local.served_file)
-    and the image with that runtime (a TorchScript version's has PyTorch). A ValueError
-    says why the version cannot be served."""
+    and the image with that runtime (GANTRY_K8S_TORCH_IMAGE where the model needs
+    PyTorch). A ValueError says why the version cannot be served."""
     served = served_file(version)
-    missing = runtime_missing(served.runtime, "kubernetes")
+    missing = runtime_missing(served, "kubernetes")
     if missing:
         raise ValueError(missing)
-    torch = served.runtime == "torchscript"
     return ek.EndpointSpec(
         id=endpoint.pk,
         tenant_slug=endpoint.project.tenant.slug,
@@ -115,7 +114,11 @@ def spec_of(endpoint: Endpoint, version, replicas: int) -> ek.EndpointSpec:
         cpus=endpoint.cpus,
         memory_mb=endpoint.memory_mb,
         gpus=endpoint.gpus,
-        image=settings.GANTRY_K8S_TORCHSCRIPT_IMAGE if torch else settings.GANTRY_K8S_ENDPOINT_IMAGE,
+        image=(
+            settings.GANTRY_K8S_TORCH_IMAGE
+            if served.needs_torch
+            else settings.GANTRY_K8S_ENDPOINT_IMAGE
+        ),
     )
 
 

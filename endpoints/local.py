@@ -90,6 +90,12 @@ class Served:
     runtime: str
     libraries: tuple[str, ...] = ()
 
+    @property
+    def needs_torch(self) -> bool:
+        """TorchScript, or an MLflow flavor that loads with torch (mlflow.pytorch): on
+        Kubernetes such a version runs in GANTRY_K8S_TORCH_IMAGE."""
+        return self.runtime == "torchscript" or "torch" in self.libraries
+
 
 SERVED_FORMATS = "MLflow models (pyfunc) and TorchScript models"
 
@@ -174,37 +180,36 @@ def model_file_in(version: ModelVersion, backend: str | None = None) -> str:
     """The file the version's runtime loads (served_file), once the backend can serve
     it (`runtime_missing`; the endpoint's backend, else the configured one)."""
     served = served_file(version)
-    missing = runtime_missing(
-        served.runtime, backend or settings.GANTRY_JOB_BACKEND, served.libraries
-    )
+    missing = runtime_missing(served, backend or settings.GANTRY_JOB_BACKEND)
     if missing:
         raise ValueError(missing)
     return served.path
 
 
-def runtime_missing(runtime: str, backend: str = "local", libraries: tuple[str, ...] = ()) -> str:
-    """Why `backend` cannot run `runtime`, in words; empty when it can. TorchScript needs
-    PyTorch, an MLflow model the `libraries` its flavor imports (Served.libraries): each
-    looked for in the serving environment on the local backend (never imported: the
-    platform never imports torch or MLflow's flavors)."""
-    if runtime == "torchscript":
-        return _torchscript_missing(backend)
-    if runtime == "mlflow":
-        return _mlflow_missing(backend, libraries)
+def runtime_missing(served: Served, backend: str = "local") -> str:
+    """Why `backend` cannot run what serves a version (`served`), in words; empty when it
+    can. TorchScript needs PyTorch, an MLflow model the libraries its flavor imports
+    (Served.libraries): each looked for in the serving environment on the local backend
+    (never imported: the platform never imports torch or MLflow's flavors); on
+    Kubernetes a model needing torch runs in GANTRY_K8S_TORCH_IMAGE."""
+    if backend == "kubernetes" and served.needs_torch:
+        if settings.GANTRY_K8S_TORCH_IMAGE:
+            return ""
+        return (
+            "Endpoints whose model needs PyTorch (TorchScript, MLflow's pytorch flavor) run "
+            "on Kubernetes in a serving image with PyTorch, and GANTRY_K8S_TORCH_IMAGE names "
+            "none: build platform/images/serving with --build-arg TORCH=1 (or use an MLServer "
+            "1.7.1 image with torch and mlserver-mlflow) and set it."
+        )
+    if served.runtime == "torchscript":
+        return _torchscript_missing()
+    if served.runtime == "mlflow":
+        return _mlflow_missing(backend, served.libraries)
     return ""
 
 
-def _torchscript_missing(backend: str) -> str:
-    """PyTorch: in the serving environment, or on Kubernetes in the image
-    GANTRY_K8S_TORCHSCRIPT_IMAGE names."""
-    if backend == "kubernetes":
-        if settings.GANTRY_K8S_TORCHSCRIPT_IMAGE:
-            return ""
-        return (
-            "TorchScript endpoints on Kubernetes need a serving image with PyTorch, and "
-            "GANTRY_K8S_TORCHSCRIPT_IMAGE names none: build platform/images/serving with "
-            "--build-arg TORCH=1 (or use an MLServer 1.7.1 image with torch) and set it."
-        )
+def _torchscript_missing() -> str:
+    """PyTorch in the local backend's serving environment."""
     if _in_serving("torch"):
         return ""
     serving = Path(serving_python()).parents[1]
@@ -358,7 +363,7 @@ def ready(replica: Replica, model_name: str) -> bool:
 def start(endpoint, version: ModelVersion, replica: Replica) -> bool:
     """Start `replica` unless it runs; True when this call started it."""
     served = served_file(version)
-    missing = runtime_missing(served.runtime, "local", served.libraries)
+    missing = runtime_missing(served, "local")
     if missing:
         raise ReplicaError(missing)
     model = model_dir(version)

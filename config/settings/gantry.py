@@ -181,10 +181,11 @@ GANTRY_K8S_DEFAULT_IMAGE = setting("str", "GANTRY_K8S_DEFAULT_IMAGE", "gantry/py
 GANTRY_K8S_ENDPOINT_IMAGE = setting(
     "str", "GANTRY_K8S_ENDPOINT_IMAGE", "docker.io/seldonio/mlserver:1.7.1-sklearn"
 )
-# The image of TorchScript endpoints' pods: the above with PyTorch added (platform/images/
-# serving built with --build-arg TORCH=1). Empty: TorchScript endpoints on Kubernetes are
-# refused, saying so (neither default image has torch).
-GANTRY_K8S_TORCHSCRIPT_IMAGE = setting("str", "GANTRY_K8S_TORCHSCRIPT_IMAGE", "")
+# The image of the pods of endpoints whose model needs PyTorch (TorchScript, MLflow's
+# pytorch flavor): the above with PyTorch added (platform/images/serving built with
+# --build-arg TORCH=1). Empty: such endpoints on Kubernetes are refused, saying so
+# (neither default image has torch).
+GANTRY_K8S_TORCH_IMAGE = setting("str", "GANTRY_K8S_TORCH_IMAGE", "")
 # The address executors inside the cluster use to reach Gantry (often a Service name).
 GANTRY_K8S_API_URL = setting("str", "GANTRY_K8S_API_URL", GANTRY_URL).rstrip("/")
 # The namespace Gantry itself runs in: only it may reach notebook pods (NetworkPolicy).

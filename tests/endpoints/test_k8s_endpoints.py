@@ -440,13 +440,13 @@ def test_a_torchscript_version_runs_in_the_torchscript_image_with_its_runtime(
     archive = SimpleUploadedFile("net.torchscript.pt", torchscript_archive())
     scripted = hub.upload_version(owner, model, [("net.torchscript.pt", archive)])
     # Without an image that has PyTorch, refused in words, and no row written.
-    settings.GANTRY_K8S_TORCHSCRIPT_IMAGE = ""
+    settings.GANTRY_K8S_TORCH_IMAGE = ""
     with pytest.raises(ValidationError) as refused:
         make_endpoint(owner, served, alias="", version=scripted.number)
-    assert "GANTRY_K8S_TORCHSCRIPT_IMAGE names none" in str(refused.value)
+    assert "GANTRY_K8S_TORCH_IMAGE names none" in str(refused.value)
     assert not Endpoint.objects.exists()
 
-    settings.GANTRY_K8S_TORCHSCRIPT_IMAGE = "registry.example/gantry/serving:torch"
+    settings.GANTRY_K8S_TORCH_IMAGE = "registry.example/gantry/serving:torch"
     endpoint = make_endpoint(owner, served, alias="", version=scripted.number)
     rollout.route(endpoint)
 
@@ -455,7 +455,7 @@ def test_a_torchscript_version_runs_in_the_torchscript_image_with_its_runtime(
     env = {e.name: e.value for e in init.env}
     assert env["IMPLEMENTATION"] == "gantry_runtime.CheckedTorchScriptModel"
     assert env["MODEL_FILE"].endswith("/net.torchscript.pt")
-    assert {c.image for c in [init, *pod.containers]} == {settings.GANTRY_K8S_TORCHSCRIPT_IMAGE}
+    assert {c.image for c in [init, *pod.containers]} == {settings.GANTRY_K8S_TORCH_IMAGE}
 
 
 def test_a_gpu_endpoint_runs_its_replicas_on_gpu_nodes_and_counts_its_gpus(

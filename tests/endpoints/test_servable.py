@@ -105,11 +105,24 @@ def test_an_mlflow_model_whose_flavor_needs_torch_says_what_to_run_without_it(
 
 def test_mlflow_endpoints_on_kubernetes_need_an_image_with_mlflows_runtime(settings):
     settings.GANTRY_K8S_ENDPOINT_IMAGE = "docker.io/seldonio/mlserver:1.7.1-sklearn"
-    missing = local.runtime_missing("mlflow", "kubernetes")
+    missing = local.runtime_missing(local.Served(".", "mlflow"), "kubernetes")
     assert "need MLServer's MLflow runtime (mlserver-mlflow)" in missing
     assert "build platform/images/serving" in missing
     settings.GANTRY_K8S_ENDPOINT_IMAGE = "registry.lab/gantry/serving:1"
-    assert local.runtime_missing("mlflow", "kubernetes") == ""
+    assert local.runtime_missing(local.Served(".", "mlflow"), "kubernetes") == ""
+
+
+def test_models_needing_torch_run_on_kubernetes_in_the_torch_image(settings):
+    scripted, pytorch = local.Served("m.pt", "torchscript"), local.Served(".", "mlflow", ("torch",))
+    assert scripted.needs_torch and pytorch.needs_torch
+    assert not local.Served(".", "mlflow", ("xgboost",)).needs_torch
+    settings.GANTRY_K8S_TORCH_IMAGE = ""
+    settings.GANTRY_K8S_ENDPOINT_IMAGE = "registry.lab/gantry/serving:1"
+    for served in (scripted, pytorch):
+        assert "GANTRY_K8S_TORCH_IMAGE names none" in local.runtime_missing(served, "kubernetes")
+    settings.GANTRY_K8S_TORCH_IMAGE = "registry.lab/gantry/serving:1-torch"
+    assert local.runtime_missing(scripted, "kubernetes") == ""
+    assert local.runtime_missing(pytorch, "kubernetes") == ""
 
 
 def test_a_torchscript_endpoint_is_created_where_the_serving_environment_has_torch(

@@ -34,7 +34,7 @@ pytestmark = [
         reason="no serving virtualenv (.venv-serving): make install builds it",
     ),
     pytest.mark.skipif(
-        bool(local.runtime_missing("torchscript")) and os.environ.get("CI") != "true",
+        bool(local.runtime_missing(local.Served("", "torchscript"))) and os.environ.get("CI") != "true",
         reason="no torch in .venv-serving: make serving-torch installs it",
     ),
 ]
