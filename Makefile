@@ -13,7 +13,7 @@ REDIS_TEST_URL ?= redis://127.0.0.1:6379/15
 TEST_WORKERS ?= auto
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: run examples serving-torch test-k8s-ddp docs test test-fast test-sqlite test-postgres lint bench image-pytorch image-tensorflow install clean
+.PHONY: run examples serving-torch test-k8s-ddp docs test test-fast test-sqlite test-postgres lint bench image-pytorch image-tensorflow image-mxnet install clean
 
 RUN_STAMP := $(VENV)/.installed-run
 
@@ -35,7 +35,7 @@ SERVING_STAMP := $(SERVING)/.installed
 $(SERVING_STAMP): endpoints/runtime/requirements.txt endpoints/runtime/requirements.lock
 	test -x $(SERVING)/bin/python || $(PYTHON) -m venv $(SERVING)
 	$(SERVING)/bin/python -m pip install --upgrade pip
-	@echo "Installing the model serving runtime (MLServer, scikit-learn) into $(SERVING)..."
+	@echo "Installing the model serving runtime (MLServer with its scikit-learn and MLflow runtimes) into $(SERVING)..."
 	$(SERVING)/bin/python -m pip install --progress-bar on -c endpoints/runtime/requirements.lock -r endpoints/runtime/requirements.txt
 	touch $(SERVING_STAMP)
 
@@ -109,7 +109,7 @@ test-postgres: $(STAMP)
 # The full PyTorch image built with no image hub (buildah, FROM the Python image that
 # platform/dev/images-build makes from Debian's packages): about 3 minutes and 6 GB here,
 # not part of CI; writes bench/results/image_pytorch.json.
-image-pytorch image-tensorflow: $(STAMP)
+image-pytorch image-tensorflow image-mxnet: $(STAMP)
 	$(BIN)/python bench/image_catalog.py $(@:image-%=%)
 
 # DDP over gloo across two pods on the real test node, in the PyTorch image above (built

@@ -1,9 +1,10 @@
 """The catalog's framework images (platform/images/<framework>/Dockerfile, as they are) built
 with no image hub: FROM Gantry's Python image, which platform/dev/images-build makes from
-Debian's packages. `make image-pytorch` / `make image-tensorflow` run it; each needs time and
-disk (PyPI's wheels bring their CUDA libraries: several GB), so CI does not.
+Debian's packages. `make image-pytorch`, `make image-tensorflow` and `make image-mxnet` run
+it; each needs time and disk (PyPI's wheels bring their CUDA libraries: several GB), so CI
+does not.
 
-    python bench/image_catalog.py pytorch|tensorflow [--out bench/results/image_<fw>.json]
+    python bench/image_catalog.py pytorch|tensorflow|mxnet [--out bench/results/image_<fw>.json]
 
 Writes the build's wall time, the image's size and layers, and what runs inside it (the
 framework's version and CUDA build, checked in a runc container with no network).
@@ -29,6 +30,21 @@ FRAMEWORKS = {
         "import torch, torchvision, executor; print('torch', torch.__version__); "
         "print('torch_cuda', torch.version.cuda); print('torchvision', torchvision.__version__)",
     ),
+    "mxnet": (
+        "localhost/gantry/mxnet:1.9.1-local",
+        "import mxnet as mx, executor\n"
+        "from mxnet import autograd, gluon\n"
+        "print('mxnet', mx.__version__)\n"
+        "print('mxnet_cuda', mx.runtime.Features().is_enabled('CUDA'))\n"
+        "ones = mx.nd.ones((64, 64))\n"
+        "print('matmul', float(mx.nd.dot(ones, ones).sum().asscalar()))\n"
+        "net = gluon.nn.Dense(10)\n"
+        "net.initialize()\n"
+        "with autograd.record():\n"
+        "    y = net(mx.nd.ones((4, 64))).sum()\n"
+        "y.backward()\n"
+        "print('gluon_grad', net.weight.grad().shape)",
+    ),
     "tensorflow": (
         "localhost/gantry/tensorflow:2.19.0-local",
         "import os; os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'; import tensorflow as tf, executor; "
@@ -38,6 +54,13 @@ FRAMEWORKS = {
         "print('matmul', float(tf.reduce_sum(tf.ones((64, 64)) @ tf.ones((64, 64)))))",
     ),
 }
+
+# More build arguments where the Dockerfile's defaults need a hub's base: MXNet's CPU wheel
+# (the local base has no CUDA libraries for mxnet-cu112 to load), on the Debian base
+# rather than the Python image (MXNet 1.9 needs NumPy 1.23, which that image's SciPy and
+# scikit-learn do not take; its Ubuntu base has neither).
+BUILD_ARGS = {"mxnet": ["MXNET=mxnet"]}
+BASES = {"mxnet": "GANTRY_BASE_IMAGE"}
 
 
 def main() -> None:
@@ -64,7 +87,8 @@ def main() -> None:
     subprocess.run(
         ["buildah", *flags, "bud", "--quiet", "--runtime", runc, "--network", "host",
          "--volume", f"{cert}:{cert}:ro", "--env", f"PIP_CERT={cert}",
-         "--build-arg", f"BASE={env['GANTRY_PYTHON_IMAGE']}",
+         "--build-arg", f"BASE={env[BASES.get(args.framework, 'GANTRY_PYTHON_IMAGE')]}",
+         *[a for arg in BUILD_ARGS.get(args.framework, []) for a in ("--build-arg", arg)],
          "-f", os.path.join(ROOT, "platform", "images", args.framework, "Dockerfile"),
          "-t", target, ROOT],
         check=True,
@@ -85,10 +109,10 @@ def main() -> None:
         subprocess.run(["buildah", *flags, "rm", ctr], capture_output=True)
     result = {
         "what": f"platform/images/{args.framework}/Dockerfile built with buildah FROM Gantry's "
-                "Python image (Debian bookworm from mmdebstrap), no image hub",
+                "Python image or base (Debian bookworm from mmdebstrap), no image hub",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "base": env["GANTRY_PYTHON_IMAGE"],
+        "base": env[BASES.get(args.framework, "GANTRY_PYTHON_IMAGE")],
         "build_s": round(build_s, 1),
         "size": " ".join(sizes),
         "layers": len(inspect["OCIv1"]["rootfs"]["diff_ids"]),
