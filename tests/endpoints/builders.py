@@ -10,6 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import httpx
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from endpoints import services
@@ -82,3 +83,41 @@ def torchscript_archive() -> bytes:
         archive.writestr("digits/constants.pkl", b"")
         archive.writestr("digits/data.pkl", b"")
     return buffer.getvalue()
+
+
+WAIT = 120  # a safety net against hanging, never a timing assertion
+
+
+def use_data_folder(settings, data: Path) -> None:
+    """Jobs and stored files under `data`: the data folder the test's Gantry (uvicorn,
+    GANTRY_DATA_DIR) runs on, so the test process and the server see the same files."""
+    settings.GANTRY_JOBS_DIR = data / "jobs"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "default": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": data / "files"},
+        },
+    }
+
+
+def gateway_call(world, endpoint, body, token=None, path=None) -> httpx.Response:
+    """POST `body` to the endpoint through the gateway of the test's Gantry (world["web"])
+    with `token` (world["token"] by default): its KServe v2 infer path unless `path`."""
+    path = path or f"v2/models/{endpoint.name}/infer"
+    return httpx.post(
+        world["web"].url + endpoint.gateway_path + path,
+        json=body,
+        headers={"Authorization": f"Bearer {token or world['token']}"},
+        timeout=WAIT,
+    )
+
+
+def v2_tensor(rows, datatype="FP64") -> dict:
+    """One KServe v2 input tensor of `rows`."""
+    return {
+        "name": "input-0",
+        "shape": [len(rows), len(rows[0])],
+        "datatype": datatype,
+        "data": [v for row in rows for v in row],
+    }

@@ -23,7 +23,13 @@ from accounts import services as account_services
 from endpoints import local, services
 from endpoints.models import Endpoint, ReplicaInterval
 from modelhub import services as hub_services
-from tests.endpoints.builders import train_digits_models, upload_mlflow_folder
+from tests.endpoints.builders import (
+    WAIT,
+    gateway_call,
+    train_digits_models,
+    upload_mlflow_folder,
+    use_data_folder,
+)
 from tests.faults.procs import Uvicorn
 
 pytestmark = [
@@ -34,7 +40,6 @@ pytestmark = [
     ),
 ]
 
-WAIT = 120
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +54,7 @@ def world(transactional_db, settings, tmp_path, owner, member, outsider, project
     """A Gantry (uvicorn) over the test database and one data folder, the digits model
     with versions 1 and 2 and the alias `champion` on 1; every replica stopped afterwards."""
     data = tmp_path / "data"
-    settings.GANTRY_JOBS_DIR = data / "jobs"
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": data / "files"},
-        },
-    }
+    use_data_folder(settings, data)
     folder, sample = digits
     model = hub_services.create_model(owner, project, name="digits")
     v1 = upload_mlflow_folder(owner, model, folder / "v1")
@@ -95,14 +93,7 @@ def infer_body(rows) -> dict:
 
 
 def call(world, endpoint, body, token=None, path=None):
-    token = token or world["tokens"]["olivia"]
-    path = path or f"v2/models/{endpoint.name}/infer"
-    return httpx.post(
-        world["web"].url + endpoint.gateway_path + path,
-        json=body,
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=WAIT,
-    )
+    return gateway_call(world, endpoint, body, token or world["tokens"]["olivia"], path)
 
 
 def wait_until(check, timeout=WAIT, step=0.2):

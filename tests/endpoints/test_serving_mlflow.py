@@ -21,8 +21,12 @@ from accounts import services as account_services
 from endpoints import local, services
 from modelhub import services as hub_services
 from modelhub.models import ModelFormat
-from tests.endpoints.builders import upload_mlflow_folder
-from tests.endpoints.test_serving import WAIT
+from tests.endpoints.builders import (
+    gateway_call,
+    upload_mlflow_folder,
+    use_data_folder,
+    v2_tensor,
+)
 from tests.faults.procs import Uvicorn
 
 pytestmark = [
@@ -83,14 +87,7 @@ def world(transactional_db, settings, tmp_path, owner, project, pyfunc_models):
     """A Gantry (uvicorn) over the test database; the model `digits-pyfunc` with the two
     pyfunc versions; every replica stopped afterwards."""
     data = tmp_path / "data"
-    settings.GANTRY_JOBS_DIR = data / "jobs"
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": data / "files"},
-        },
-    }
+    use_data_folder(settings, data)
     folder, sample = pyfunc_models
     model = hub_services.create_model(owner, project, name="digits-pyfunc")
     versions = [upload_mlflow_folder(owner, model, folder / name) for name in ("v1", "v2")]
@@ -108,25 +105,6 @@ def world(transactional_db, settings, tmp_path, owner, project, pyfunc_models):
         local.stop_all()
 
 
-def call(world, endpoint, body, path=None):
-    path = path or f"v2/models/{endpoint.name}/infer"
-    return httpx.post(
-        world["web"].url + endpoint.gateway_path + path,
-        json=body,
-        headers={"Authorization": f"Bearer {world['token']}"},
-        timeout=WAIT,
-    )
-
-
-def tensor(rows, datatype="FP64") -> dict:
-    return {
-        "name": "input-0",
-        "shape": [len(rows), len(rows[0])],
-        "datatype": datatype,
-        "data": [v for row in rows for v in row],
-    }
-
-
 def test_a_pyfunc_model_answers_through_the_gateway_as_it_answers_itself(world):
     version = world["versions"][0]
     assert version.format == ModelFormat.MLFLOW
@@ -136,7 +114,7 @@ def test_a_pyfunc_model_answers_through_the_gateway_as_it_answers_itself(world):
     )
     rows, labels, own = world["sample"]["rows"], world["sample"]["labels"], world["sample"]["own"]
 
-    first = call(world, endpoint, {"inputs": [tensor(rows)]})
+    first = gateway_call(world, endpoint, {"inputs": [v2_tensor(rows)]})
     assert first.status_code == 200, first.text
     assert first.headers["Gantry-Model-Version"] == "v1"
     answer = first.json()
@@ -149,20 +127,20 @@ def test_a_pyfunc_model_answers_through_the_gateway_as_it_answers_itself(world):
 
     # MLflow's scoring protocol, translated by the gateway: a row of probabilities per
     # input row, as `mlflow models serve` answers.
-    mlflow = call(world, endpoint, {"inputs": rows[:3]}, path="invocations")
+    mlflow = gateway_call(world, endpoint, {"inputs": rows[:3]}, path="invocations")
     assert mlflow.status_code == 200, mlflow.text
     assert np.allclose(mlflow.json()["predictions"], own[:3])
     assert np.array(mlflow.json()["predictions"]).shape == (3, 10)
 
     # Bad payloads: 400 with the model's words, never 500.
-    wrong_width = call(world, endpoint, {"inputs": [tensor([[1, 2, 3]])]})
+    wrong_width = gateway_call(world, endpoint, {"inputs": [v2_tensor([[1, 2, 3]])]})
     assert wrong_width.status_code == 400
     assert "the model refused the input" in wrong_width.json()["error"]
     assert "expecting 64 features" in wrong_width.json()["error"]
-    not_numbers = call(world, endpoint, {"inputs": [tensor([["a"] * 64], "BYTES")]})
+    not_numbers = gateway_call(world, endpoint, {"inputs": [v2_tensor([["a"] * 64], "BYTES")]})
     assert not_numbers.status_code == 400
     assert "could not convert string to float" in not_numbers.json()["error"]
-    assert call(world, endpoint, {"inputs": [tensor(rows[:1])]}).status_code == 200
+    assert gateway_call(world, endpoint, {"inputs": [v2_tensor(rows[:1])]}).status_code == 200
 
 
 def test_a_pyfunc_signature_is_enforced_and_its_refusal_is_the_callers_error(world):
@@ -170,7 +148,7 @@ def test_a_pyfunc_signature_is_enforced_and_its_refusal_is_the_callers_error(wor
         world["owner"], world["project"], name="signed", model=world["model"], version=2
     )
     rows, own = world["sample"]["rows"], world["sample"]["own"]
-    answer = call(world, endpoint, {"inputs": [tensor(rows[:4])]})
+    answer = gateway_call(world, endpoint, {"inputs": [v2_tensor(rows[:4])]})
     assert answer.status_code == 200, answer.text
     assert np.allclose(np.array(answer.json()["outputs"][0]["data"]).reshape(4, 10), own[:4])
     # The signature's metadata is the model's (MLServer reads it from MLmodel).
@@ -182,11 +160,11 @@ def test_a_pyfunc_signature_is_enforced_and_its_refusal_is_the_callers_error(wor
 
     # MLflow's schema enforcement refuses before the model runs, in its words but
     # without the whole input echoed back.
-    wrong_type = call(world, endpoint, {"inputs": [tensor(rows[:2], "FP32")]})
+    wrong_type = gateway_call(world, endpoint, {"inputs": [v2_tensor(rows[:2], "FP32")]})
     assert wrong_type.status_code == 400
     error = wrong_type.json()["error"]
     assert "dtype of input float32 does not match expected dtype float64" in error
     assert "Failed to enforce schema of the input" in error and "[[" not in error
-    wrong_width = call(world, endpoint, {"inputs": [tensor([[1.5, 2.5, 3.5]])]})
+    wrong_width = gateway_call(world, endpoint, {"inputs": [v2_tensor([[1.5, 2.5, 3.5]])]})
     assert wrong_width.status_code == 400
     assert "does not match expected shape (-1, 64)" in wrong_width.json()["error"]

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from django.core.exceptions import ValidationError
@@ -23,7 +22,7 @@ from endpoints import local, services
 from endpoints.models import Endpoint
 from modelhub import services as hub_services
 from modelhub.models import ModelFormat
-from tests.endpoints.test_serving import WAIT
+from tests.endpoints.builders import gateway_call, use_data_folder, v2_tensor
 from tests.faults.procs import Uvicorn
 from tests.jobs.test_examples import EXAMPLES, required_module
 
@@ -76,14 +75,7 @@ def world(transactional_db, settings, tmp_path, owner, project, example):
     """A Gantry (uvicorn) over the test database; the model `digits-torch` whose v1 is
     the example's model.torchscript.pt; every replica stopped afterwards."""
     data = tmp_path / "data"
-    settings.GANTRY_JOBS_DIR = data / "jobs"
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "default": {
-            "BACKEND": "django.core.files.storage.FileSystemStorage",
-            "OPTIONS": {"location": data / "files"},
-        },
-    }
+    use_data_folder(settings, data)
     outputs, sample = example
     model = hub_services.create_model(owner, project, name="digits-torch")
     scripted = outputs / "model.torchscript.pt"
@@ -104,25 +96,6 @@ def world(transactional_db, settings, tmp_path, owner, project, example):
         local.stop_all()
 
 
-def call(world, endpoint, body, path=None):
-    path = path or f"v2/models/{endpoint.name}/infer"
-    return httpx.post(
-        world["web"].url + endpoint.gateway_path + path,
-        json=body,
-        headers={"Authorization": f"Bearer {world['token']}"},
-        timeout=WAIT,
-    )
-
-
-def tensor(rows, datatype="FP64") -> dict:
-    return {
-        "name": "input-0",
-        "shape": [len(rows), len(rows[0])],
-        "datatype": datatype,
-        "data": [v for row in rows for v in row],
-    }
-
-
 def test_the_pytorch_example_answers_through_the_gateway_as_it_answers_itself(world):
     version = world["version"]
     assert version.format == ModelFormat.TORCHSCRIPT
@@ -133,7 +106,7 @@ def test_the_pytorch_example_answers_through_the_gateway_as_it_answers_itself(wo
     rows, labels = world["sample"]["rows"], world["sample"]["labels"]
     logits = own_answer(world["outputs"] / "model.torchscript.pt", rows)
 
-    first = call(world, endpoint, {"inputs": [tensor(rows)]})
+    first = gateway_call(world, endpoint, {"inputs": [v2_tensor(rows)]})
     assert first.status_code == 200, first.text
     assert first.headers["Gantry-Model-Version"] == "v1"
     assert int(first.headers["Gantry-Cold-Start-Ms"]) > 0
@@ -148,31 +121,31 @@ def test_the_pytorch_example_answers_through_the_gateway_as_it_answers_itself(wo
     assert sum(p == y for p, y in zip(predict["data"], labels, strict=True)) >= 14
 
     # MLflow's scoring protocol, translated by the gateway: the class of each row.
-    mlflow = call(world, endpoint, {"inputs": rows[:3]}, path="invocations")
+    mlflow = gateway_call(world, endpoint, {"inputs": rows[:3]}, path="invocations")
     assert mlflow.status_code == 200, mlflow.text
     assert mlflow.json() == {"predictions": predict["data"][:3]}
 
     # A request may name the outputs it wants (FP32 in, as a client of a float model sends).
-    only_raw = call(world, endpoint, {"inputs": [tensor(rows[:2], "FP32")],
+    only_raw = gateway_call(world, endpoint, {"inputs": [v2_tensor(rows[:2], "FP32")],
                                       "outputs": [{"name": "output-0"}]})  # fmt: skip
     assert only_raw.status_code == 200, only_raw.text
     assert [o["name"] for o in only_raw.json()["outputs"]] == ["output-0"]
 
     # Bad payloads: 400 with the runtime's message, never 500.
-    wrong_width = call(world, endpoint, {"inputs": [tensor([[1, 2, 3]])]})
+    wrong_width = gateway_call(world, endpoint, {"inputs": [v2_tensor([[1, 2, 3]])]})
     assert wrong_width.status_code == 400
     error = wrong_width.json()["error"]
     assert "expected rows of 64 pixel values (0..16), got a tensor of shape [1, 3]" in error
     assert "Traceback" not in error
-    not_numbers = call(world, endpoint, {"inputs": [tensor([["a"] * 64], "BYTES")]})
+    not_numbers = gateway_call(world, endpoint, {"inputs": [v2_tensor([["a"] * 64], "BYTES")]})
     assert not_numbers.status_code == 400
     assert "no tensor of numbers" in not_numbers.json()["error"]
-    short = call(world, endpoint, {"inputs": [{**tensor(rows[:1]), "shape": [2, 64]}]})
+    short = gateway_call(world, endpoint, {"inputs": [{**v2_tensor(rows[:1]), "shape": [2, 64]}]})
     assert short.status_code == 400 and "cannot reshape" in short.json()["error"]
-    unknown = call(world, endpoint, {"inputs": [tensor(rows[:1])], "outputs": [{"name": "proba"}]})
+    unknown = gateway_call(world, endpoint, {"inputs": [v2_tensor(rows[:1])], "outputs": [{"name": "proba"}]})
     assert unknown.status_code == 400
     assert "no output 'proba' (its outputs: predict, output-0)" in unknown.json()["error"]
-    assert call(world, endpoint, {"inputs": [tensor(rows[:1])]}).status_code == 200
+    assert gateway_call(world, endpoint, {"inputs": [v2_tensor(rows[:1])]}).status_code == 200
 
 
 def test_a_state_dict_is_refused_at_creation_with_what_to_do(db, owner, project, example):
