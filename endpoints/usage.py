@@ -41,26 +41,11 @@ def opened(
     (the next pass records it)."""
     try:
         with transaction.atomic():
-            endpoint = (
-                Endpoint.objects.select_for_update()
-                .filter(pk=endpoint_pk)
-                .values("project_id", "name", "created_by_id", "gpus")
-                .first()
-            )
+            endpoint = _locked(endpoint_pk)
             process = {"replica": replica, "pid": pid, "process_start": process_start}
             if endpoint is None or ReplicaInterval.objects.filter(**process).exists():
                 return None
-            return ReplicaInterval.objects.create(
-                project_id=endpoint["project_id"],
-                endpoint_id=endpoint_pk,
-                endpoint_name=endpoint["name"],
-                user_id=endpoint["created_by_id"],
-                version_number=version_number,
-                gpus=endpoint["gpus"],
-                started_at=at,
-                seen_at=at,
-                **process,
-            )
+            return _open(endpoint, endpoint_pk, version_number, at, **process)
     except DatabaseError as exc:
         logger.warning("endpoint %s: replica %s's start not recorded: %s", endpoint_pk, replica, exc)
         return None
@@ -75,12 +60,7 @@ def deployment_scaled(
     `replicas` > 0 and the endpoint still exists. Under the endpoint's row lock, as
     `opened`; raised errors are the caller's (it writes in the same transaction)."""
     with transaction.atomic():
-        endpoint = (
-            Endpoint.objects.select_for_update()
-            .filter(pk=endpoint_pk)
-            .values("project_id", "name", "created_by_id", "gpus")
-            .first()
-        )
+        endpoint = _locked(endpoint_pk)
         current = list(open_deployments().filter(replica=deployment))
         keep = [
             i
@@ -92,18 +72,33 @@ def deployment_scaled(
                 closed(interval, at)
         if keep or not replicas or endpoint is None:
             return
-        ReplicaInterval.objects.create(
-            project_id=endpoint["project_id"],
-            endpoint_id=endpoint_pk,
-            endpoint_name=endpoint["name"],
-            user_id=endpoint["created_by_id"],
-            version_number=version_number,
-            gpus=endpoint["gpus"],
-            replica=deployment,
-            replicas=replicas,
-            started_at=at,
-            seen_at=at,
-        )
+        _open(endpoint, endpoint_pk, version_number, at, replica=deployment, replicas=replicas)
+
+
+def _locked(endpoint_pk: int) -> dict | None:
+    """The endpoint's fields an interval copies, its row locked (None: it is gone)."""
+    return (
+        Endpoint.objects.select_for_update()
+        .filter(pk=endpoint_pk)
+        .values("project_id", "name", "created_by_id", "gpus")
+        .first()
+    )
+
+
+def _open(endpoint: dict, endpoint_pk: int, version_number, at: datetime, **fields):
+    """A new interval of the endpoint (`_locked`'s fields) from `at`, with the endpoint's
+    GPUs per replica; `fields` say which replica (and, on Kubernetes, how many)."""
+    return ReplicaInterval.objects.create(
+        project_id=endpoint["project_id"],
+        endpoint_id=endpoint_pk,
+        endpoint_name=endpoint["name"],
+        user_id=endpoint["created_by_id"],
+        version_number=version_number,
+        gpus=endpoint["gpus"],
+        started_at=at,
+        seen_at=at,
+        **fields,
+    )
 
 
 def deployments_gone(names: list[str], at: datetime) -> None:
