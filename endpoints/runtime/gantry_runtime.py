@@ -43,7 +43,7 @@ RAW_OUTPUT = "output-0"  # what the module's forward returned, as it was
 NO_TORCH = (
     "TorchScript models need PyTorch in the serving environment, and it has none: on "
     "the local backend `make serving-torch` installs it into .venv-serving; on "
-    "Kubernetes the endpoint image (GANTRY_K8S_ENDPOINT_IMAGE) must have torch."
+    "Kubernetes the image GANTRY_K8S_TORCH_IMAGE names must have torch."
 )
 
 
