@@ -14,6 +14,7 @@ MLServer imports a runtime by its dotted name), so a scikit-learn replica starts
 fast as before and an environment without torch never needs it.
 """
 
+import functools
 import re
 
 import numpy as np
@@ -133,13 +134,12 @@ def _message(exc: Exception) -> str:
 
 
 def __getattr__(name: str):
-    """CheckedMLflowModel, made on first use: importing mlserver_mlflow imports MLflow
-    (about a second), which the other runtimes' replicas never need."""
+    """CheckedMLflowModel, made on first use (and kept: `_checked_mlflow_model` is
+    cached): importing mlserver_mlflow imports MLflow (about a second), which the other
+    runtimes' replicas never need."""
     if name != "CheckedMLflowModel":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    global CheckedMLflowModel
-    CheckedMLflowModel = _checked_mlflow_model()
-    return CheckedMLflowModel
+    return _checked_mlflow_model()
 
 
 NO_MLFLOW = (
@@ -149,6 +149,7 @@ NO_MLFLOW = (
 )
 
 
+@functools.cache
 def _checked_mlflow_model() -> type:
     try:
         from mlflow.exceptions import MlflowException
