@@ -206,6 +206,21 @@ def test_las_preemption_takes_borrowed_work_with_more_service():
     assert young.preempt == []
 
 
+def test_with_las_preemption_a_tenants_most_served_job_is_the_borrowed_one():
+    # b is guaranteed 1 GPU and runs two: "old" for 3 h (3 GPU-hours, level 1) and "young"
+    # for 800 s (level 0). Its guarantee covers the least-served job, so "old" is the
+    # borrowed one and a's fresh job (level 0) takes its GPU. Filled by start time, as
+    # without LAS, "old" held the guarantee and the borrowed "young" was at a's level.
+    nodes = [Node("n0", 2, 16, 128_000)]
+    quotas = {"a": Quota("a", 0, 1), "b": Quota("b", 1, 1)}
+    busy = [RunningJob(_req("old", "b"), {"n0": 1}, 0.0),
+            RunningJob(_req("young", "b"), {"n0": 1}, 10_000.0)]
+    snap = Snapshot(nodes, quotas, busy, [_req("a0", "a", submit=10_700.0)])
+    d = schedule(snap, 10_800.0, PolicyConfig(las_preempt_borrowed=True))
+    assert d.admit == [("a0", {"n0": 1})] and [v for v, _ in d.preempt] == ["old"]
+    assert schedule(snap, 10_800.0).preempt == []  # no LAS preemption: no victim
+
+
 def test_a_tenant_running_nothing_has_its_wide_job_counted_as_within_its_guarantee():
     # small is guaranteed 2 GPUs but runs nothing and queues one 8-GPU job: as its private
     # slice is rounded up to that job, the job comes before the flood's borrowed work.
