@@ -1,6 +1,7 @@
 #!/usr/bin/env python
 """One scheduling pass timed at the issue's size (10,000 pending jobs x 1,000 nodes; a full
-cluster, a half-empty one, and trace-shaped: 18 tenants, 4,000 mostly 1-GPU jobs running),
+cluster, a half-empty one, trace-shaped: 18 tenants, 4,000 mostly 1-GPU jobs running, and
+shaped like the held-out trace: one of 18 tenants flooding 1-GPU jobs beside wide gangs),
 and what live admission adds to a pass for fair share (``entitled_history`` over 34,000
 jobs' demand). Each pass is timed beside the policy before the faster passes of issue 40
 (``bench/scheduler_policy_baseline``), alternating which goes first, on the same states in the
@@ -94,6 +95,57 @@ def trace_shaped_snapshot(seed: int = 1, running_n: int = 4_000, pending_n: int 
                     entitled_history={t: rng.uniform(0, 1e7) for t in tenants})
 
 
+def heldout_shaped_snapshot(seed: int = 1, running_n: int = 4_000, pending_n: int = 10_000):
+    """Shaped like the held-out trace: 18 tenants on 1,000 8-GPU nodes, one of them flooding
+    1-GPU jobs (most of the queue and of the running jobs) beside tenants that submit a few
+    wide gangs (8 and 16 GPUs) and some small jobs, under guarantees from none to 1,024 GPUs;
+    about 4,000 running jobs fill the cluster, so the gangs wait and one holds the EASY
+    reservation."""
+    rng = random.Random(f"heldout-{seed}")
+    nodes = [Node(f"n{i:04d}", 8, 64, 512_000) for i in range(1000)]
+    tenants = [f"ho{i:02d}" for i in range(18)]
+    flood = tenants[0]
+    guarantees = [1024] + [rng.choice([0, 0, 32, 64, 128, 256, 512]) for _ in tenants[1:]]
+    quotas = {t: Quota(t, g, 4096 if t == flood else rng.choice([512, 2048, 4096]))
+              for t, g in zip(tenants, guarantees, strict=True)}
+    limits = (900, 3600, 14_400, 43_200, 86_400, 259_200, 604_800)
+
+    def mk(i: int, t0: float, tenant: str | None = None) -> JobRequest:
+        t = tenant or (flood if rng.random() < 0.85 else rng.choice(tenants[1:]))
+        g = 1 if t == flood else rng.choice([1, 2, 8, 8, 16, 16])
+        w, gpw = (1, g) if g <= 8 else (g // 8, 8)
+        estimate = None if rng.random() < 0.05 else float(rng.choice(limits))
+        return JobRequest(f"h{i}", t, 0, t0, w, gpw, 8 * gpw,
+                          64_000 * gpw, estimate)
+
+    # The flood tenant runs about 3,700 1-GPU jobs, the others whole nodes (8 GPUs each, a
+    # 16-GPU gang on two): about 90% of the GPUs busy.
+    running, free, i = [], [8] * len(nodes), 0
+    wide_nodes = iter(range(len(nodes) - 1, -1, -1))
+    while len(running) < running_n * 3 // 40:
+        r = mk(i, -rng.uniform(0, 86_400), rng.choice(tenants[1:]))
+        i += 1
+        if r.gpus_per_worker != 8:
+            continue
+        placement = {}
+        for _ in range(r.workers):
+            n = next(wide_nodes)
+            free[n] = 0
+            placement[nodes[n].name] = 1
+        running.append(RunningJob(r, placement, r.submit_time + rng.uniform(0, 3600)))
+    k = 0
+    while len(running) < running_n:
+        r = mk(i, -rng.uniform(0, 86_400), flood)
+        i += 1
+        while free[k] < 1:
+            k += 1
+        free[k] -= 1
+        running.append(RunningJob(r, {nodes[k].name: 1}, r.submit_time + rng.uniform(0, 3600)))
+    pending = [mk(100_000 + j, -rng.uniform(0, 86_400)) for j in range(pending_n)]
+    return Snapshot(nodes, quotas, running, pending, {t: rng.uniform(0, 1e7) for t in tenants},
+                    entitled_history={t: rng.uniform(0, 1e7) for t in tenants})
+
+
 def next_state(rng: random.Random, snap: Snapshot, k: int) -> Snapshot:
     """``snap`` a pass later: 1% of the queue gone and as many new jobs (copies of queued
     ones submitted just now), 1% of the running jobs replaced by others of the same shape
@@ -173,6 +225,7 @@ def micro_benchmark(repeats: int, seed: int = 1, baseline=None, cached: bool = T
         "half_empty_cluster": Snapshot(nodes, quotas, running[: len(running) // 2], pending,
                                        history),
         "trace_shaped": trace_shaped_snapshot(seed),
+        "heldout_shaped": heldout_shaped_snapshot(seed),
     }
     # current: with its cache from pass to pass (``cached``); current_uncached: without.
     sides = {"current": None, "current_uncached": schedule} if cached else {

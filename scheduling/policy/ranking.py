@@ -21,6 +21,8 @@ _MIN_SHARE = 0.05
 _AT_ONCE_AFTER = 256
 _ID = attrgetter("id")
 _TENANT = attrgetter("tenant")
+_TIME = itemgetter(1)  # of a queue entry (``_entry``): its virtual submit time
+_REQUEST = itemgetter(4)  # ... and its request
 
 
 def _sort_queue(queue: list) -> None:
@@ -438,24 +440,27 @@ class Ranker:
         for t, queue in self.queues.items():
             i = self.pos[t]
             if i < len(queue):
-                b = self.bonus[t]
                 rest = queue[i:]
                 jobs += rest
-                times += [x[1] + b for x in rest]
+                times += map(operator.add, map(_TIME, rest), itertools.repeat(self.bonus[t]))
         if len(set(times)) != len(times) or math.isnan(sum(times)):
             return None
         order = sorted(range(len(times)), key=times.__getitem__)
         priorities = list(map(itemgetter(0), jobs))
         if len(set(priorities)) > 1:
             order.sort(key=priorities.__getitem__)  # stable: by time within a priority
-        return [jobs[k][4] for k in order]
+        return list(map(_REQUEST, map(jobs.__getitem__, order)))
 
     def _walked(self, rest: list[JobRequest], taken: int) -> None:
         """The first ``taken`` jobs of ``rest`` (``_rest_in_order``) went by: each tenant's
         position moves past its jobs among them, and the heap holds the tenants' next jobs."""
         pos = self.pos
-        for t, n in collections.Counter(map(_TENANT, itertools.islice(rest, taken))).items():
-            pos[t] += n
+        if taken == len(rest):  # all of it: every queue is through
+            for t, queue in self.queues.items():
+                pos[t] = len(queue)
+        else:
+            for t, n in collections.Counter(map(_TENANT, itertools.islice(rest, taken))).items():
+                pos[t] += n
         self.heap.clear()
         for t in self.queues:
             self.ver[t] += 1

@@ -85,8 +85,9 @@ from .ranking import QueueCache, Ranker
 
 __all__ = ["QueueCache", "SchedulePass", "schedule", "schedule_fifo"]
 
-# Why a job waits: (code, message, estimated start or None).
-Wait = tuple[str, str, float | None]
+# Why a job waits: (code, message, estimated start or None); as an answer that holds for a
+# shape, message None is reserved_for_head, worded for each job (``held_message_for``).
+Wait = tuple[str, str | None, float | None]
 
 
 # --------------------------------------------------------------------------- Gantry policy
@@ -158,6 +159,7 @@ class SchedulePass:
         # None with a reservation: unknown (depends on jobs without an estimate).
         self.reserved_start: float | None = None
         self.held_message = ""  # why a job that would delay the reserved start waits
+        self.held_messages: dict[float | None, str] = {}  # ... with each estimate's words
 
         # Memos and the counters that invalidate them. A worker shape that found no room
         # stays without room until capacity is released (a preemption: capacity_epoch);
@@ -226,6 +228,8 @@ class SchedulePass:
             else:
                 version, code, message, estimate = memo
                 if version == version_now or version is None:
+                    if message is None:  # reserved_for_head: in the words of its estimate
+                        message = self.held_message_for(job)
                     waiting[job.id] = new(WaitReason,
                                           (code, message, len(waiting) + 1, estimate))
                     continue
@@ -329,6 +333,7 @@ class SchedulePass:
         self.reserved_job = job
         self.held_message = (f"behind job {job.id}, which must start first "
                              "(backfill is disabled)")
+        self.held_messages.clear()
         cluster = self.cluster
         n = len(cluster.fg)
         cluster.eg, cluster.ec, cluster.em = [0] * n, [0.0] * n, [0] * n
@@ -342,13 +347,25 @@ class SchedulePass:
             job.gpus_per_worker, job.cpus_per_worker, job.memory_mb_per_worker, job.gpu_model,
             False,
         ) >= 0:
-            estimate = job.estimated_duration
-            why = ("it has no runtime estimate" if estimate is None
-                   else f"its estimated {human_duration(estimate)} would run past that start")
-            self._wait(job, ("reserved_for_head", f"{self.held_message}; {why}", None))
-            return None
+            self._wait(job, ("reserved_for_head", self.held_message_for(job), None))
+            # The same for every job of this shape until the state changes, but for the
+            # words about its own estimate (the message None: ``run`` asks
+            # ``held_message_for``); unless a preemption search might start a later one.
+            return None if self._preemption_may_help_shape(job) else (
+                "reserved_for_head", None, None)
         code, message = self.state.capacity_message(job)
         return self._wait(job, (code, message, None))
+
+    def held_message_for(self, job: JobRequest) -> str:
+        """Why a job that fits now but would delay the reserved start waits (its estimate
+        in words, each estimate worded once per pass)."""
+        estimate = job.estimated_duration
+        message = self.held_messages.get(estimate)
+        if message is None:
+            why = ("it has no runtime estimate" if estimate is None
+                   else f"its estimated {human_duration(estimate)} would run past that start")
+            message = self.held_messages[estimate] = f"{self.held_message}; {why}"
+        return message
 
     # -- the EASY reservation
 
@@ -388,6 +405,7 @@ class SchedulePass:
         when = (f"reserved start in ~{human_duration(start - self.now)}" if start is not None
                 else "start depends on jobs without a runtime estimate")
         self.held_message = f"held for the {job.total_gpus}-GPU job ahead of it ({when})"
+        self.held_messages.clear()
 
     def _earliest_fit(self, job: JobRequest):
         """(start, free GPUs, CPUs and memory per node then, workers that fit per node), or
@@ -495,6 +513,18 @@ class SchedulePass:
         return bool(
             (self.any_borrowed and (self.now - job.submit_time >= cfg.reclaim_after_wait_s
                                 or cfg.las_preempt_borrowed))
+            or (self.lowest_running_priority is not None
+                and job.priority > self.lowest_running_priority)
+        )
+
+    def _preemption_may_help_shape(self, job: JobRequest) -> bool:
+        """``_preemption_could_help`` (within quota) for any job of ``job``'s shape and
+        priority, however long it has waited, in the rest of this pass."""
+        cfg = self.config
+        if not cfg.preemption or self.preemption_searches >= cfg.max_preemption_attempts:
+            return False  # (the searches only grow)
+        return bool(
+            (self.any_borrowed and (cfg.reclaim_after_wait_s < INF or cfg.las_preempt_borrowed))
             or (self.lowest_running_priority is not None
                 and job.priority > self.lowest_running_priority)
         )
