@@ -124,7 +124,13 @@ def random_state(rng: random.Random, ties: bool = False, queue: int = 200) -> Sn
     )
 
 
-@pytest.mark.parametrize("config", list(CONFIGS))
+# las_preempt_borrowed decides otherwise than the baseline by design since it was frozen: a
+# tenant's most-served running jobs are the borrowed ones (test_fairness.py). Its cached
+# passes still decide as uncached ones (test_a_pass_with_the_queues_of_the_pass_before...).
+AS_BASELINE = [name for name in CONFIGS if name != "las_preempt"]
+
+
+@pytest.mark.parametrize("config", AS_BASELINE)
 def test_the_pass_decides_as_the_baseline_on_random_states(config):
     cfg = CONFIGS[config]
     rng = random.Random(f"equivalence-{config}")
@@ -171,7 +177,7 @@ def late_fits_state(rng: random.Random, ties: bool = False) -> Snapshot:
     return Snapshot(nodes, quotas, running, pending, usage_history=history)
 
 
-@pytest.mark.parametrize("config", ["default", "las_preempt", "no_backfill", "fifo_tail"])
+@pytest.mark.parametrize("config", ["default", "no_backfill", "fifo_tail"])
 def test_the_pass_decides_as_the_baseline_on_long_queues(config):
     """Queues long enough that the ranker orders the rest at once (hundreds of jobs in a
     row waiting), ties included, and jobs that start after such a run."""
@@ -252,7 +258,7 @@ RECLAIM_AFTER_WAIT = PolicyConfig(reclaim_after_wait_s=300.0, min_runtime_before
                                   reclaim_work_ratio=float("inf"), reclaim_min_remaining_s=0.0)
 
 
-@pytest.mark.parametrize("config", ["default", "reclaim_at_once", "las_preempt", "no_backfill",
+@pytest.mark.parametrize("config", ["default", "reclaim_at_once", "no_backfill",
                                     "reclaim_after_wait"])
 def test_jobs_held_for_the_reservation_are_answered_as_by_the_baseline(config):
     """Many jobs of one shape that fit now but would run past the reserved start: each is
