@@ -27,19 +27,28 @@ Goals (issue 40), per trace and configuration:
 
 The sweep varies the reclaim window (``--reclaims``; also the least a job runs before it
 may be preempted), the size ranking's weight
-(``--size-weights``) and the attained-service thresholds (``--las-scales`` x 1 and 10
-GPU-hours), with borrowed and own work preempted by attained service (which, like the LAS
-reference, assumes jobs resume from checkpoints: ``resume``), each also with
-``rounded_up_slice`` (``_rounded``: each tenant's guarantee rounded up to its widest job
-running or waiting, as the private slice is); one row runs without
-checkpoints (preempted work lost, no LAS preemption), one with ``PolicyConfig()``'s defaults
-(guarantees before ranking, no reclaim, no LAS preemption) and one with issue 28's.
+(``--size-weights``), the attained-service thresholds (``--las-scales`` x 1 and 10
+GPU-hours) and where guaranteed work goes (``--orders``: ``gbr``, guarantees before ranking,
+where a guaranteed job that cannot start holds the reservation; ``gf``, only guaranteed jobs
+that fit the free capacity go first, the rest by rank: ``_gf``), with borrowed and own work
+preempted by attained service (which, like the LAS reference, assumes jobs resume from
+checkpoints: ``resume``), each also with ``rounded_up_slice`` (``_rounded``: each tenant's
+guarantee rounded up to its widest job running or waiting, as the private slice is); one row
+runs without checkpoints (preempted work lost, no LAS preemption), one with
+``PolicyConfig()``'s defaults (guarantees before ranking, no reclaim, no LAS preemption) and
+one with issue 28's. Windows run in ``--procs`` processes.
+
+Per trace, ``frontier`` lists every configuration's sharing incentive beside its efficiency
+(rho share and largest rho; geometric means and worst window over LAS's and EASY's), best
+rho first, and ``configs_meeting`` which configurations meet each goal: where no
+configuration meets them together, the frontier shows what one costs in the other.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import os
 import sys
 import time
@@ -61,9 +70,15 @@ WINDOW_LIMIT = 1.10
 LAS_TH = (3600.0, 36_000.0)
 
 
+ORDERS = {  # --orders: where guaranteed work goes (suffix of the configuration's name)
+    "gbr": ("", {"guarantees_before_rank": True}),
+    "gf": ("_gf", {"guarantees_before_rank": False, "guarantee_first": True}),
+}
+
+
 def configs(
     reclaims: list[float], scales: list[float], size_weights: list[float],
-    rounded_up: bool = True,
+    rounded_up: bool = True, orders: tuple[str, ...] = ("gbr",),
 ) -> dict[str, tuple[PolicyConfig, bool]]:
     """name -> (PolicyConfig, resume). Reclaim without the issue-28 guards (any borrowed job,
     least work lost first), as live admission reclaims; the reclaim window W is also the
@@ -73,21 +88,24 @@ def configs(
     base = PolicyConfig(
         reclaim_work_ratio=math.inf, reclaim_min_remaining_s=0.0, checkpoint_aware=True
     )
-    for w in reclaims:
-        for k in scales:
-            for sw in size_weights:
-                cfg = replace(
-                    base,
-                    reclaim_after_wait_s=w,
-                    min_runtime_before_preempt_s=w,
-                    las_preempt_borrowed=True,
-                    las_thresholds_gpu_s=tuple(k * x for x in LAS_TH),
-                    size_weight=sw,
-                )
-                out[f"W{w:g}_las{k:g}_size{sw:g}"] = (cfg, True)
-                if rounded_up:  # the same with each guarantee rounded up to the widest job
-                    out[f"W{w:g}_las{k:g}_size{sw:g}_rounded"] = (
-                        replace(cfg, rounded_up_slice=True), True)
+    for order in orders:
+        suffix, placed = ORDERS[order]
+        for w in reclaims:
+            for k in scales:
+                for sw in size_weights:
+                    cfg = replace(
+                        base,
+                        reclaim_after_wait_s=w,
+                        min_runtime_before_preempt_s=w,
+                        las_preempt_borrowed=True,
+                        las_thresholds_gpu_s=tuple(k * x for x in LAS_TH),
+                        size_weight=sw,
+                        **placed,
+                    )
+                    name = f"W{w:g}_las{k:g}_size{sw:g}{suffix}"
+                    out[name] = (cfg, True)
+                    if rounded_up:  # the same with each guarantee rounded up to the widest job
+                        out[f"{name}_rounded"] = (replace(cfg, rounded_up_slice=True), True)
     mid = reclaims[len(reclaims) // 2]
     out[f"W{mid:g}_no_checkpoints"] = (
         replace(base, reclaim_after_wait_s=mid, min_runtime_before_preempt_s=mid),
@@ -99,6 +117,7 @@ def configs(
 
 
 def run_window(jobs, nodes, quotas, cfgs) -> dict:
+    """One window under EASY, LAS and every configuration, with the private slices."""
     private = private_slices(jobs, nodes, quotas)
     row = {}
     for name in ("easy", "las"):
@@ -177,6 +196,42 @@ def trace_goals(rows: list[dict], cfgs: dict, promise_s: float) -> dict:
     return out
 
 
+def frontier(summary: dict, cfgs: dict) -> dict:
+    """Each configuration's sharing incentive beside its efficiency, best rho first (ties:
+    lower p95 over LAS's), and which configurations meet each goal."""
+    las = summary["las"]
+    rows = []
+    for name in cfgs:
+        s = summary[name]
+        rows.append({
+            "config": name,
+            "share_rho<=1": s["share_rho<=1"],
+            "max_rho": s["max_rho"],
+            "geo_jct_over_las": round(s["geo_jct_over_easy"] / las["geo_jct_over_easy"], 3),
+            "geo_p95_over_las": round(
+                s["geo_p95_wait_over_easy"] / las["geo_p95_wait_over_easy"], 3),
+            "worst_window_over_easy": s["worst_window_over_easy"],
+            "guarantee_fit_p95_wait_s_worst_window":
+                s["guarantee_fit_p95_wait_s_worst_window"],
+        })
+    rows.sort(key=lambda r: (-r["share_rho<=1"], r["geo_p95_over_las"]))
+    goals = next(iter(summary.values()))["goals"]
+    meeting = {goal: [n for n in cfgs if summary[n]["goals"][goal]] for goal in goals}
+    efficiency = ("geo_jct<=las", "geo_p95<=las", "windows<=1.10easy")
+    meeting["efficiency (all three)"] = [
+        n for n in cfgs if all(summary[n]["goals"][g] for g in efficiency)]
+    return {"frontier": rows, "configs_meeting": meeting}
+
+
+def _run_case(case) -> tuple[str, dict]:
+    trace, label, jobs, nodes, quotas, cfgs = case
+    w0 = time.perf_counter()
+    row = run_window(jobs, nodes, quotas, cfgs)
+    row["window"] = label
+    print(f"  {trace} {label}: {time.perf_counter() - w0:.1f} s", flush=True)
+    return trace, row
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument(
@@ -190,9 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--alibaba-speedups", default="10,20,40")
     ap.add_argument("--synthetic-seeds", default="0,1,2,3,4,5")
-    ap.add_argument("--reclaims", default="0,60,300", help="reclaim windows (s)")
-    ap.add_argument("--las-scales", default="1", help="x 1 and 10 GPU-hours")
+    ap.add_argument("--reclaims", default="0,300", help="reclaim windows (s)")
+    ap.add_argument("--las-scales", default="0.5,1,2", help="x 1 and 10 GPU-hours")
     ap.add_argument("--size-weights", default="0.1,0.25,0.5")
+    ap.add_argument("--orders", default="gbr,gf", help="where guaranteed work goes: "
+                    + ", ".join(ORDERS))
+    ap.add_argument("--procs", type=int, default=os.cpu_count() or 1,
+                    help="windows replayed in parallel")
     ap.add_argument(
         "--promise-s",
         type=float,
@@ -204,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         [float(x) for x in args.reclaims.split(",")],
         [float(x) for x in args.las_scales.split(",")],
         [float(x) for x in args.size_weights.split(",")],
+        orders=tuple(x for x in args.orders.split(",") if x),
     )
     t0 = time.perf_counter()
     traces: dict[str, list[tuple[str, list, list, dict]]] = {}
@@ -255,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                     "las_thresholds_gpu_s": list(c.las_thresholds_gpu_s),
                     "las_preempt_borrowed": c.las_preempt_borrowed,
                     "guarantees_before_rank": c.guarantees_before_rank,
+                    "guarantee_first": c.guarantee_first,
+                    "rounded_up_slice": c.rounded_up_slice,
                     "resume_after_preemption": resume,
                 }
                 for n, (c, resume) in cfgs.items()
@@ -262,18 +324,18 @@ def main(argv: list[str] | None = None) -> int:
         },
         "traces": {},
     }
-    for trace, cases in traces.items():
-        rows = []
-        for label, jobs, nds, quotas in cases:
-            w0 = time.perf_counter()
-            row = run_window(jobs, nds, quotas, cfgs)
-            row["window"] = label
-            rows.append(row)
-            print(f"  {trace} {label}: {time.perf_counter() - w0:.1f} s", flush=True)
-        results["traces"][trace] = {
-            "summary": trace_goals(rows, cfgs, args.promise_s),
-            "windows": rows,
-        }
+    work = [(trace, label, jobs, nds, quotas, cfgs)
+            for trace, cases in traces.items() for label, jobs, nds, quotas in cases]
+    if args.procs > 1:
+        with multiprocessing.get_context("fork").Pool(args.procs) as pool:
+            done = pool.map(_run_case, work, chunksize=1)
+    else:
+        done = [_run_case(case) for case in work]
+    for trace in traces:
+        rows = [row for t, row in done if t == trace]  # (in the windows' order)
+        summary = trace_goals(rows, cfgs, args.promise_s)
+        results["traces"][trace] = {"summary": summary, **frontier(summary, cfgs),
+                                    "windows": rows}
     passing = [
         n for n in cfgs if all(results["traces"][t]["summary"][n]["all_goals"] for t in traces)
     ]

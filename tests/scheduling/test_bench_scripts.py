@@ -83,16 +83,22 @@ def test_the_fairness_sweep_reports_every_goal_per_trace_and_configuration(tmp_p
     out = tmp_path / "fairness.json"
     run_script("scheduler_fairness.py", "--philly-starts", "0", "--count", "150", "--nodes", "2",
                "--alibaba-speedups", "20", "--synthetic-seeds", "0", "--reclaims", "900",
-               "--las-scales", "1", "--size-weights", "0.5", "--out", str(out))
+               "--las-scales", "1", "--size-weights", "0.5", "--procs", "2",
+               "--out", str(out))
     res = json.loads(out.read_text())
     assert set(res["traces"]) == {"philly", "alibaba", "synthetic"}
     for trace in res["traces"].values():
         summary = trace["summary"]
-        assert set(summary) == {"easy", "las", "W900_las1_size0.5",
-                                "W900_las1_size0.5_rounded", "W900_no_checkpoints",
+        swept = {"W900_las1_size0.5", "W900_las1_size0.5_rounded",
+                 "W900_las1_size0.5_gf", "W900_las1_size0.5_gf_rounded"}
+        assert set(summary) == {"easy", "las", *swept, "W900_no_checkpoints",
                                 "defaults", "issue28_defaults"}
         assert summary["easy"]["geo_jct_over_easy"] == 1.0  # EASY against itself
         goals = summary["W900_las1_size0.5"]["goals"]
         assert set(goals) >= {"rho", "geo_jct<=las", "geo_p95<=las", "windows<=1.10easy",
                               "guarantee_fit_p95<=promise"}
+        # The frontier: every configuration, best rho share first, beside its efficiency.
+        shares = [row["share_rho<=1"] for row in trace["frontier"]]
+        assert len(shares) == len(summary) - 2 and shares == sorted(shares, reverse=True)
+        assert set(trace["configs_meeting"]["rho"]) <= set(summary) - {"easy", "las"}
     assert res["setup"]["philly_window_starts"] == [0]
