@@ -54,6 +54,18 @@ class Cluster:
         self.extra_g = 0
         self.free_g = 0
 
+    def all_free(self) -> Cluster:
+        """A cluster of the same nodes with all of them free, as ``Cluster(nodes)`` gives,
+        sharing the lists that never change."""
+        cl = Cluster.__new__(Cluster)
+        cl.names, cl.index, cl.model, cl.models = self.names, self.index, self.model, self.models
+        cl.cap_g, cl.cap_c, cl.cap_m, cl.maxg = self.cap_g, self.cap_c, self.cap_m, self.maxg
+        cl.fg, cl.fc, cl.fm = list(self.cap_g), list(self.cap_c), list(self.cap_m)
+        cl.buckets = {}
+        cl.eg = cl.ec = cl.em = None
+        cl.extra_g = cl.free_g = 0
+        return cl
+
     def build(self) -> None:
         self.buckets = {m: [{} for _ in range(self.maxg + 1)] for m in self.models}
         for i, f in enumerate(self.fg):

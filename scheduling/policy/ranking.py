@@ -12,7 +12,7 @@ from operator import attrgetter, itemgetter
 
 from .data import INF, JobRequest, PolicyConfig, Snapshot
 from .entitlement import entitled_now
-from .quotas import PassState
+from .quotas import PassState, RunningUsage
 
 # A tenant's entitlement is never taken as less than this many GPUs (it divides).
 _MIN_SHARE = 0.05
@@ -106,13 +106,15 @@ class QueueCache:
     without an estimate are ranked again when the median estimate moves, a job whose
     attained service crosses a level when it does, and everything when the cluster's GPUs
     or the ranking's settings change. The queues are then exactly those ``_ranked_queues``
-    builds (tests/scheduling/test_pass_equivalence.py)."""
+    builds (tests/scheduling/test_pass_equivalence.py). It keeps the running jobs' sums
+    too (``running``: ``RunningUsage``)."""
 
     __slots__ = ("params", "requests", "entries", "queues", "wanted", "estimates",
-                 "no_estimate", "typical", "levels", "shape_of", "shapes")
+                 "no_estimate", "typical", "levels", "shape_of", "shapes", "running")
 
     def __init__(self) -> None:
         self.params: tuple | None = None
+        self.running = RunningUsage()
         # For SchedulePass.run: each job's shape as a number, and the shapes numbered.
         self.shape_of: dict[str, int] = {}
         self.shapes: dict[tuple, int] = {}

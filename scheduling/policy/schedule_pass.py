@@ -136,7 +136,7 @@ class SchedulePass:
     ) -> None:
         self.config = config or PolicyConfig()
         self.now = now
-        self.state = PassState(snapshot)
+        self.state = PassState(snapshot, None if cache is None else cache.running)
         if self.config.rounded_up_slice:
             self.state.round_up_guarantees(snapshot.pending)
         self.cluster = self.state.cl

@@ -208,7 +208,10 @@ def next_state(rng: random.Random, snap: Snapshot, step: int) -> Snapshot:
     without an estimate, moving the median the ranking uses for them), some changed in place
     (priority, estimate: a new request object under the same id), attained service moved
     across levels, and now and then a node more or fewer (the ranking's scale) or no
-    attained service at all (its levels off). The other requests are the same objects."""
+    attained service at all (its levels off); some running jobs end, others start in their
+    place (of other tenants and priorities, now and then with a fraction of a CPU, which
+    the sums kept from pass to pass cannot follow exactly). The other requests and running
+    jobs are the same objects."""
     pending = [r for r in snap.pending if rng.random() > 0.1]
     for k, r in enumerate(pending):
         if rng.random() < 0.05:
@@ -232,7 +235,19 @@ def next_state(rng: random.Random, snap: Snapshot, step: int) -> Snapshot:
     if rng.random() < 0.15:
         nodes = nodes[:-1] if len(nodes) > 1 and rng.random() < 0.5 else nodes + [
             Node(f"x{step}", 8, 64, 512_000)]
-    return Snapshot(nodes, snap.quotas, snap.running, pending, snap.usage_history,
+    running = []
+    for k, rj in enumerate(snap.running):
+        if rng.random() < 0.05:
+            continue  # it ended
+        if rng.random() < 0.1:  # it ended, and another started on its nodes
+            rj = RunningJob(
+                dataclasses.replace(
+                    rj.request, id=f"rs{step}-{k}", tenant=rng.choice(list(snap.quotas)),
+                    priority=rng.choice([0, 0, 1, 2]),
+                    cpus_per_worker=rng.choice([rj.request.cpus_per_worker] * 4 + [0.3])),
+                rj.placement, float(rng.randint(-5000, 0)), rj.borrowed)
+        running.append(rj)
+    return Snapshot(nodes, snap.quotas, running, pending, snap.usage_history,
                     snap.entitled_history, snap.work_lost, attained)
 
 
