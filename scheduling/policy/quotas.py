@@ -35,6 +35,24 @@ def _node_types(nodes) -> tuple[dict[tuple, int], tuple]:
     return types, largest
 
 
+def changed_objects(before: list, now: list) -> tuple[list, list] | None:
+    """What changed from ``before`` to ``now`` (by identity): the objects gone and the new
+    ones, such that ``now`` holds those of ``before`` less the gone plus the new (as
+    multisets). Where the lists are as long and differ in a few places (objects replaced
+    in place) that is one walk over both; else they are compared as sets. None where an
+    object is in either list twice (then the caller starts anew)."""
+    if len(before) == len(now):
+        at = list(itertools.compress(itertools.count(), map(operator.is_not, before, now)))
+        if len(at) <= len(now) // 8:
+            return [before[i] for i in at], [now[i] for i in at]
+    was = dict(zip(map(id, before), before, strict=True))
+    is_ = dict(zip(map(id, now), now, strict=True))
+    if len(was) != len(before) or len(is_) != len(now):
+        return None
+    return ([was[k] for k in was.keys() - is_.keys()],
+            [is_[k] for k in is_.keys() - was.keys()])
+
+
 def _whole(rj: RunningJob) -> bool:
     """Are a running job's amounts whole numbers (ints, its CPUs an int or a whole float
     below 2**50)? Then adding and taking back its amounts, in any order, gives exactly the
@@ -67,7 +85,7 @@ class RunningUsage:
         self.node_types: dict[tuple, int]
         self.largest: tuple
         self.whole_nodes = False  # every node's amounts whole numbers (as ``_whole``)
-        self.jobs: dict[int, RunningJob] | None = None  # id(running job) -> running job
+        self.jobs: list[RunningJob] | None = None  # the running jobs of the pass before
         self.inexact = 0  # running jobs whose amounts are not whole (``_whole``)
         self.sums = False  # whether the sums below are those of ``jobs``
 
@@ -83,20 +101,13 @@ class RunningUsage:
                 type(n.gpus) is int and type(n.memory_mb) is int
                 and float(n.cpus).is_integer() and -2**50 < n.cpus < 2**50 for n in nodes)
             self.sums = False
-        ids = list(map(id, running))
-        now = set(ids)
-        before = self.jobs
-        if len(now) != len(running):  # one job object twice: nothing to keep
-            self.jobs, self.sums = None, False
-            return False
-        if before is None:
-            self.jobs = dict(zip(ids, running, strict=True))
+        before, self.jobs = self.jobs, running
+        changed = None if before is None else changed_objects(before, running)
+        if changed is None:
             self.inexact = sum(1 for rj in running if not _whole(rj))
+            self.sums = False
             return False
-        gone = [before.pop(k) for k in before.keys() - now]
-        new_ids = now - before.keys()
-        new = list(itertools.compress(running, map(new_ids.__contains__, ids))) if new_ids else []
-        before.update(zip(map(id, new), new, strict=True))  # (now the jobs of this pass)
+        gone, new = changed
         self.inexact += (sum(1 for rj in new if not _whole(rj))
                          - sum(1 for rj in gone if not _whole(rj)))
         if not self.sums or self.inexact or not self.whole_nodes:
@@ -139,7 +150,7 @@ class RunningUsage:
     def keep(self, state: PassState) -> None:
         """Take the sums a pass added up anew (before it admits anything), where later
         passes may update them."""
-        if self.jobs is None or self.inexact or not self.whole_nodes:
+        if self.inexact or not self.whole_nodes:
             return
         self.used_g, self.used_c = dict(state.used_g), dict(state.used_c)
         self.used_m, self.used_j = dict(state.used_m), dict(state.used_j)

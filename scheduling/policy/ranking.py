@@ -12,7 +12,7 @@ from operator import attrgetter, itemgetter
 
 from .data import INF, JobRequest, PolicyConfig, Snapshot
 from .entitlement import entitled_now
-from .quotas import PassState, RunningUsage
+from .quotas import PassState, RunningUsage, changed_objects
 
 # A tenant's entitlement is never taken as less than this many GPUs (it divides).
 _MIN_SHARE = 0.05
@@ -109,7 +109,7 @@ class QueueCache:
     builds (tests/scheduling/test_pass_equivalence.py). It keeps the running jobs' sums
     too (``running``: ``RunningUsage``)."""
 
-    __slots__ = ("params", "requests", "entries", "queues", "wanted", "estimates",
+    __slots__ = ("params", "pending", "entries", "queues", "wanted", "estimates",
                  "no_estimate", "typical", "levels", "shape_of", "shapes", "running")
 
     def __init__(self) -> None:
@@ -121,46 +121,38 @@ class QueueCache:
 
     def update(self, pend, params: tuple, attained) -> tuple[dict[str, list], dict[str, int]]:
         """The queues and pending GPUs for ``pend``, as ``_ranked_queues`` gives them."""
-        requests = dict(zip(map(_ID, pend), pend, strict=True))
-        if len(requests) != len(pend):  # two jobs with one id: nothing to keep
-            self.params = None
-            self.shape_of.clear()
-            return _ranked_queues(pend, params, attained)
-        if params != self.params:
-            return self._rebuild(requests, params, attained)
-        before = self.requests
-        ids = list(requests)
-        # New ids, and ids whose request is another object: ranked again.
-        again = set(itertools.compress(ids, map(operator.is_not, map(before.get, ids),
-                                                requests.values())))
+        pend = list(pend)
+        changed = None if params != self.params else changed_objects(self.pending, pend)
+        if changed is None:
+            return self._rebuild(pend, params, attained)
+        self.pending = pend
+        gone, new = changed
+        again: dict[str, JobRequest] = {}  # job id -> its request, to be ranked (again)
+        shape_of = self.shape_of
+        for r in gone:
+            self._remove(r.id)
+            shape_of.pop(r.id, None)
+        for r in new:
+            self._note(r)
+            again[r.id] = r
         thresholds = params[3]
         if thresholds:  # a job whose attained service is at another level now
-            levels = self.levels
-            maybe = attained.keys() & requests.keys()
-            maybe.update(levels.keys() & requests.keys())
+            levels, entries = self.levels, self.entries
+            maybe = attained.keys() & entries.keys()
+            maybe.update(levels.keys())
             for job_id in maybe:
                 got = attained.get(job_id)
                 level = sum(1 for th in thresholds if got >= th) if got else 0
                 if level != levels.get(job_id, 0):
-                    again.add(job_id)
-        gone = before.keys() - requests.keys()
+                    again[job_id] = self._remove(job_id, keep_estimate=True)
         if not again and not gone:
             return self._view()
-        shape_of = self.shape_of
-        for job_id in gone | (again & before.keys()):
-            self._remove(job_id)
-            shape_of.pop(job_id, None)
-        for job_id in again:
-            self._note(requests[job_id])
         typical = self._median()
         if typical != self.typical and self.no_estimate:
-            for job_id in self.no_estimate - again:
-                self._remove(job_id, keep_estimate=True)
-                again.add(job_id)
+            for job_id in self.no_estimate - again.keys():
+                again[job_id] = self._remove(job_id, keep_estimate=True)
         self.typical = typical
-        self.requests = requests
-        for job_id in again:
-            r = requests[job_id]
+        for job_id, r in again.items():
             entry = self.entries[job_id] = _entry(r, params, typical, attained)
             if thresholds and entry[0] != -r.priority * (len(thresholds) + 1):
                 self.levels[job_id] = entry[0] + r.priority * (len(thresholds) + 1)
@@ -169,14 +161,17 @@ class QueueCache:
                 self.queues[r.tenant] = [entry]
             else:
                 bisect.insort(queue, entry)
+        if len(self.entries) != len(pend):  # two jobs with one id: nothing to keep
+            return self._rebuild(pend, params, attained)
         return self._view()
 
-    def _rebuild(self, requests: dict, params: tuple, attained):
-        pend = list(requests.values())
+    def _rebuild(self, pend: list, params: tuple, attained):
+        """Rank every job anew (kept for the next pass unless two jobs share an id)."""
         self.shape_of.clear()
         self.shapes.clear()
         queues, wanted = _ranked_queues(pend, params, attained)
-        self.params, self.requests, self.queues, self.wanted = params, requests, queues, wanted
+        self.params, self.queues, self.wanted = params, queues, wanted
+        self.pending = pend
         self.entries = {x[3]: x for queue in queues.values() for x in queue}
         self.estimates = sorted(r.estimated_duration for r in pend
                                 if r.estimated_duration is not None)
@@ -186,8 +181,8 @@ class QueueCache:
         self.levels = {job_id: x[0] + x[4].priority * levels
                        for job_id, x in self.entries.items()
                        if x[0] != -x[4].priority * levels}
-        if len(requests) != len(pend):  # two jobs with one id: nothing to keep
-            self.params = None
+        if len(self.entries) != len(pend):
+            self.params = None  # two jobs with one id: nothing to keep
             self.shape_of.clear()
         return queues, wanted
 
@@ -206,7 +201,9 @@ class QueueCache:
         else:
             bisect.insort(self.estimates, r.estimated_duration)
 
-    def _remove(self, job_id: str, keep_estimate: bool = False) -> None:
+    def _remove(self, job_id: str, keep_estimate: bool = False) -> JobRequest:
+        """Take a job out of its queue (and its GPUs and estimate out of the counts, unless
+        ``keep_estimate``: it is ranked again); returns its request."""
         entry = self.entries.pop(job_id)
         r = entry[4]
         queue = self.queues[r.tenant]
@@ -214,14 +211,14 @@ class QueueCache:
         assert queue[i] is entry
         del queue[i]
         self.levels.pop(job_id, None)
-        if keep_estimate:
-            return
-        self.wanted[r.tenant] -= r.workers * r.gpus_per_worker
-        if r.estimated_duration is None:
-            self.no_estimate.discard(job_id)
-        else:
-            known = self.estimates
-            del known[bisect.bisect_left(known, r.estimated_duration)]
+        if not keep_estimate:
+            self.wanted[r.tenant] -= r.workers * r.gpus_per_worker
+            if r.estimated_duration is None:
+                self.no_estimate.discard(job_id)
+            else:
+                known = self.estimates
+                del known[bisect.bisect_left(known, r.estimated_duration)]
+        return r
 
 
 class Ranker:
