@@ -256,7 +256,7 @@ class Ranker:
     """
 
     __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
-                 "guar", "head_found", "now", "bonus", "cl", "admissions")
+                 "guar", "head_found", "now", "bonus", "cl", "admissions", "moved")
     # (The level of attained service rides in the priority slot: -priority x (levels + 1)
     # + level, so the queue tuples keep their shape.)
 
@@ -307,6 +307,9 @@ class Ranker:
         self.bonus = {t: self._bonus(t) for t in queues}
         self.heap: list = []
         self.admissions = 0
+        # Tenants admitted to before the merge (``_before_ranked``), whose heads the merge
+        # pushes once as it starts; None once it has (``admitted`` pushes them itself).
+        self.moved: dict[str, None] | None = {}
         for t in queues:
             self._push(t)
 
@@ -367,6 +370,10 @@ class Ranker:
         an admission (``admitted``) moved the tenant's key meanwhile. Once a run of jobs has
         gone by without an admission (most of a long queue waits), the rest is ordered at
         once (``_rest_in_order``) and walked until an admission moves the keys again."""
+        for t in self.moved:  # (their keys as they are now: pushed once, not per admission)
+            self.bonus[t] = self._bonus(t)
+            self._push(t)
+        self.moved = None
         heap, pos, queues, ver, bonus = self.heap, self.pos, self.queues, self.ver, self.bonus
         boost = self.cfg.guarantee_boost_s
         heappop, heapreplace = heapq.heappop, heapq.heapreplace
@@ -552,10 +559,13 @@ class Ranker:
         """``r`` (already yielded) was admitted: its tenant's service grows."""
         if self.plain:
             return
-        t = r.tenant
-        self.service[t] += r.total_gpus
-        self.bonus[t] = self._bonus(t)
-        self.used[t] += r.total_gpus
-        self.ver[t] += 1
+        t, gpus = r.tenant, r.total_gpus
+        self.service[t] += gpus
+        self.used[t] += gpus
+        self.ver[t] += 1  # (its head in the heap is out of date)
         self.admissions += 1
-        self._push(t)
+        if self.moved is None:
+            self.bonus[t] = self._bonus(t)
+            self._push(t)
+        else:  # before the merge: its head is pushed as the merge starts
+            self.moved[t] = None
