@@ -21,7 +21,8 @@ _MIN_SHARE = 0.05
 _AT_ONCE_AFTER = 256
 _ID = attrgetter("id")
 _TENANT = attrgetter("tenant")
-_TIME = itemgetter(1)  # of a queue entry (``_entry``): its virtual submit time
+_NEGP = itemgetter(0)  # of a queue entry (``_entry``): -priority (x levels + its level)
+_TIME = itemgetter(1)  # ... its virtual submit time
 _REQUEST = itemgetter(4)  # ... and its request
 
 
@@ -437,25 +438,33 @@ class Ranker:
     def _rest_in_order(self) -> list[JobRequest] | None:
         """Every job not yet merged, in the order the heap would merge them while no job is
         admitted: by (-priority, virtual submit time + its tenant's bonus), as ``_push`` keys
-        a head. Where no two of those times are equal, each tenant's jobs are already in that
-        order and the pair decides alone, so two sorts on one number each give it; None
-        where two are equal (or not a number), for the heap to break the tie by submit time
-        and id."""
-        jobs: list[tuple] = []
-        times: list[float] = []
+        a head. Each tenant's queue is in that order, a run of jobs per priority; where no two
+        times within a priority are equal, the runs of each priority are ordered by time
+        alone (a sort on one number); None where two are equal (or not a number), for the
+        heap to break the tie by submit time and id."""
+        by_priority: dict[int, tuple[list, list]] = {}  # -priority -> (jobs, their times)
         for t, queue in self.queues.items():
-            i = self.pos[t]
-            if i < len(queue):
-                rest = queue[i:]
-                jobs += rest
-                times += map(operator.add, map(_TIME, rest), itertools.repeat(self.bonus[t]))
-        if len(set(times)) != len(times) or math.isnan(sum(times)):
-            return None
-        order = sorted(range(len(times)), key=times.__getitem__)
-        priorities = list(map(itemgetter(0), jobs))
-        if len(set(priorities)) > 1:
-            order.sort(key=priorities.__getitem__)  # stable: by time within a priority
-        return list(map(_REQUEST, map(jobs.__getitem__, order)))
+            i, n = self.pos[t], len(queue)
+            while i < n:
+                negp = queue[i][0]
+                end = n if queue[-1][0] == negp else bisect.bisect_right(
+                    queue, negp, i, n, key=_NEGP)
+                run = queue[i:end]
+                group = by_priority.get(negp)
+                if group is None:
+                    group = by_priority[negp] = ([], [])
+                group[0].extend(run)
+                group[1].extend(map(operator.add, map(_TIME, run),
+                                    itertools.repeat(self.bonus[t])))
+                i = end
+        rest: list[JobRequest] = []
+        for negp in sorted(by_priority):
+            jobs, times = by_priority[negp]
+            if len(set(times)) != len(times) or math.isnan(sum(times)):
+                return None
+            order = sorted(range(len(times)), key=times.__getitem__)
+            rest += map(_REQUEST, map(jobs.__getitem__, order))
+        return rest
 
     def _walked(self, rest: list[JobRequest], taken: int) -> None:
         """The first ``taken`` jobs of ``rest`` (``_rest_in_order``) went by: each tenant's
