@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Mapping, Sequence
 
 from .data import INF, JobRequest, Node
@@ -157,3 +159,19 @@ def fits_count(fg: int, fc: float, fm: int, g: int, c: float, m: int) -> int:
     if k == INF:
         return 1 << 30
     return max(int(k), 0)
+
+
+def fits_counts(fg: Sequence, fc: Sequence, fm: Sequence, g: int, c: float, m: int) -> list[int]:
+    """``fits_count`` for each node's free amounts (the same numbers, in C-level maps)."""
+    each = []
+    if g > 0:
+        each.append(map(operator.floordiv, fg, itertools.repeat(g)))
+    if c > 0:
+        each.append(map(math.floor, map(operator.add, map(operator.truediv, fc, itertools.repeat(c)),
+                                         itertools.repeat(1e-9))))
+    if m > 0:
+        each.append(map(operator.floordiv, fm, itertools.repeat(m)))
+    if not each:
+        return [1 << 30] * len(fg)
+    k = each[0] if len(each) == 1 else map(min, *each)
+    return list(map(max, map(int, k), itertools.repeat(0)))
