@@ -74,23 +74,20 @@ class Cluster:
             self.buckets[self.model[i]][min(max(f, 0), self.maxg)][i] = None
         self.free_g = sum(f for f in self.fg if f > 0)
 
-    def _move(self, i: int, old: int, new: int) -> None:
-        top = self.maxg  # the buckets: min(max(free, 0), top); max(free, 0) for free_g
-        ob = 0 if old < 0 else top if old > top else old
-        nb = 0 if new < 0 else top if new > top else new
-        if ob != nb:
-            b = self.buckets[self.model[i]]
-            del b[ob][i]
-            b[nb][i] = None
-        self.free_g += (new if new > 0 else 0) - (old if old > 0 else 0)
-
     def take(self, i: int, g: int, c: float, m: int, extra: bool = False) -> None:
         old = self.fg[i]
-        self.fg[i] = old - g
+        new = self.fg[i] = old - g
         self.fc[i] -= c
         self.fm[i] -= m
-        if self.buckets:
-            self._move(i, old, old - g)
+        if self.buckets:  # the node's bucket: min(max(free, 0), top); max(free, 0) for free_g
+            top = self.maxg
+            ob = 0 if old < 0 else top if old > top else old
+            nb = 0 if new < 0 else top if new > top else new
+            if ob != nb:
+                b = self.buckets[self.model[i]]
+                del b[ob][i]
+                b[nb][i] = None
+            self.free_g += (new if new > 0 else 0) - (old if old > 0 else 0)
         if extra and self.eg is not None:
             self.eg[i] -= g
             self.ec[i] -= c

@@ -334,10 +334,11 @@ class PassState:
         )
 
     def quota_block(self, r: JobRequest) -> str | None:
-        q = self.quotas[r.tenant]
         t = r.tenant
+        q = self.quotas[t]
         ug = self.used_g.get(t, 0)
-        if ug + r.total_gpus > q.max_gpus:
+        # (total_gpus > max_gpus, inline: once for each job the pass works out)
+        if ug + r.workers * r.gpus_per_worker > q.guaranteed_gpus + q.borrow_limit_gpus:
             if q.borrow_limit_gpus:
                 tail = f"and may borrow at most {q.borrow_limit_gpus} more"
             else:
