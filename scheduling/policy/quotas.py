@@ -39,8 +39,9 @@ def changed_objects(before: list, now: list) -> tuple[list, list] | None:
     """What changed from ``before`` to ``now`` (by identity): the objects gone and the new
     ones, such that ``now`` holds those of ``before`` less the gone plus the new (as
     multisets). Where the lists are as long and differ in a few places (objects replaced
-    in place) that is one walk over both; else they are compared as sets. None where an
-    object is in either list twice (then the caller starts anew)."""
+    in place) that is one walk over both (exact as multisets, an object twice included);
+    else they are compared as sets, and None where an object is in either list twice
+    (then the caller starts anew)."""
     if len(before) == len(now):
         at = list(itertools.compress(itertools.count(), map(operator.is_not, before, now)))
         if len(at) <= len(now) // 8:
