@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Mapping, Sequence
 
 from .data import INF, JobRequest, Node
@@ -54,29 +56,38 @@ class Cluster:
         self.extra_g = 0
         self.free_g = 0
 
+    def all_free(self) -> Cluster:
+        """A cluster of the same nodes with all of them free, as ``Cluster(nodes)`` gives,
+        sharing the lists that never change."""
+        cl = Cluster.__new__(Cluster)
+        cl.names, cl.index, cl.model, cl.models = self.names, self.index, self.model, self.models
+        cl.cap_g, cl.cap_c, cl.cap_m, cl.maxg = self.cap_g, self.cap_c, self.cap_m, self.maxg
+        cl.fg, cl.fc, cl.fm = list(self.cap_g), list(self.cap_c), list(self.cap_m)
+        cl.buckets = {}
+        cl.eg = cl.ec = cl.em = None
+        cl.extra_g = cl.free_g = 0
+        return cl
+
     def build(self) -> None:
         self.buckets = {m: [{} for _ in range(self.maxg + 1)] for m in self.models}
         for i, f in enumerate(self.fg):
             self.buckets[self.model[i]][min(max(f, 0), self.maxg)][i] = None
         self.free_g = sum(f for f in self.fg if f > 0)
 
-    def _move(self, i: int, old: int, new: int) -> None:
-        top = self.maxg  # the buckets: min(max(free, 0), top); max(free, 0) for free_g
-        ob = 0 if old < 0 else top if old > top else old
-        nb = 0 if new < 0 else top if new > top else new
-        if ob != nb:
-            b = self.buckets[self.model[i]]
-            del b[ob][i]
-            b[nb][i] = None
-        self.free_g += (new if new > 0 else 0) - (old if old > 0 else 0)
-
     def take(self, i: int, g: int, c: float, m: int, extra: bool = False) -> None:
         old = self.fg[i]
-        self.fg[i] = old - g
+        new = self.fg[i] = old - g
         self.fc[i] -= c
         self.fm[i] -= m
-        if self.buckets:
-            self._move(i, old, old - g)
+        if self.buckets:  # the node's bucket: min(max(free, 0), top); max(free, 0) for free_g
+            top = self.maxg
+            ob = 0 if old < 0 else top if old > top else old
+            nb = 0 if new < 0 else top if new > top else new
+            if ob != nb:
+                b = self.buckets[self.model[i]]
+                del b[ob][i]
+                b[nb][i] = None
+            self.free_g += (new if new > 0 else 0) - (old if old > 0 else 0)
         if extra and self.eg is not None:
             self.eg[i] -= g
             self.ec[i] -= c
@@ -145,3 +156,19 @@ def fits_count(fg: int, fc: float, fm: int, g: int, c: float, m: int) -> int:
     if k == INF:
         return 1 << 30
     return max(int(k), 0)
+
+
+def fits_counts(fg: Sequence, fc: Sequence, fm: Sequence, g: int, c: float, m: int) -> list[int]:
+    """``fits_count`` for each node's free amounts (the same numbers, in C-level maps)."""
+    each = []
+    if g > 0:
+        each.append(map(operator.floordiv, fg, itertools.repeat(g)))
+    if c > 0:
+        each.append(map(math.floor, map(operator.add, map(operator.truediv, fc, itertools.repeat(c)),
+                                         itertools.repeat(1e-9))))
+    if m > 0:
+        each.append(map(operator.floordiv, fm, itertools.repeat(m)))
+    if not each:
+        return [1 << 30] * len(fg)
+    k = each[0] if len(each) == 1 else map(min, *each)
+    return list(map(max, map(int, k), itertools.repeat(0)))

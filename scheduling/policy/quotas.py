@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 
 from .data import JobRequest, RunningJob, Snapshot
 from .messages import plural
@@ -19,34 +20,199 @@ class _ShapeInfo:
         self.max_gpus = max_gpus
 
 
+def _node_types(nodes) -> tuple[dict[tuple, int], tuple]:
+    """How many nodes of each kind (GPUs, CPUs, memory, GPU model), and the largest amounts
+    of any node (``PassState.node_types``, ``largest``)."""
+    types: dict[tuple, int] = {}
+    for n in nodes:
+        key = (n.gpus, float(n.cpus), n.memory_mb, n.gpu_model)
+        types[key] = types.get(key, 0) + 1
+    largest = (
+        max((n.gpus for n in nodes), default=0),
+        max((n.cpus for n in nodes), default=0),
+        max((n.memory_mb for n in nodes), default=0),
+    )
+    return types, largest
+
+
+def changed_objects(before: list, now: list) -> tuple[list, list] | None:
+    """What changed from ``before`` to ``now`` (by identity): the objects gone and the new
+    ones, such that ``now`` holds those of ``before`` less the gone plus the new (as
+    multisets). Where the lists are as long and differ in a few places (objects replaced
+    in place) that is one walk over both (exact as multisets, an object twice included);
+    else they are compared as sets, and None where an object is in either list twice
+    (then the caller starts anew)."""
+    if len(before) == len(now):
+        at = list(itertools.compress(itertools.count(), map(operator.is_not, before, now)))
+        if len(at) <= len(now) // 8:
+            return [before[i] for i in at], [now[i] for i in at]
+    was = dict(zip(map(id, before), before, strict=True))
+    is_ = dict(zip(map(id, now), now, strict=True))
+    if len(was) != len(before) or len(is_) != len(now):
+        return None
+    return ([was[k] for k in was.keys() - is_.keys()],
+            [is_[k] for k in is_.keys() - was.keys()])
+
+
+def _whole(rj: RunningJob) -> bool:
+    """Are a running job's amounts whole numbers (ints, its CPUs an int or a whole float
+    below 2**50)? Then adding and taking back its amounts, in any order, gives exactly the
+    sums ``PassState`` adds up in running order."""
+    r = rj.request
+    c = r.cpus_per_worker
+    return (type(r.workers) is int and type(r.gpus_per_worker) is int
+            and type(r.memory_mb_per_worker) is int
+            and (type(c) is int or type(c) is float and c.is_integer()) and -2**50 < c < 2**50
+            and all(type(w) is int for w in rj.placement.values()))
+
+
+class RunningUsage:
+    """What the running jobs hold, kept from one pass to the next (``QueueCache.running``):
+    per tenant the GPUs, CPUs, memory and jobs and the priorities it runs, and per node the
+    free GPUs, CPUs and memory. Between two passes about 1% of the running jobs change, so
+    ``update`` takes back the jobs that are gone and adds the new ones (a running job is
+    unchanged while the snapshot holds the same ``RunningJob`` object) rather than adding
+    up all of them again. Those are the very sums ``PassState`` adds up only while every
+    amount is a whole number (``_whole``: float sums of whole numbers are exact in any
+    order); while any running job's is not, or the nodes change, the pass adds them up
+    anew (and ``keep`` takes its sums)."""
+
+    __slots__ = ("nodes", "cluster", "node_types", "largest", "whole_nodes", "jobs", "inexact",
+                 "sums", "used_g", "used_c", "used_m", "used_j", "priorities", "fg", "fc", "fm")
+
+    def __init__(self) -> None:
+        self.nodes: list | None = None  # the nodes of the pass before, and what they are:
+        self.cluster: Cluster  # all free, to copy (``Cluster.all_free``)
+        self.node_types: dict[tuple, int]
+        self.largest: tuple
+        self.whole_nodes = False  # every node's amounts whole numbers (as ``_whole``)
+        self.jobs: list[RunningJob] | None = None  # the running jobs of the pass before
+        self.inexact = 0  # running jobs whose amounts are not whole (``_whole``)
+        self.sums = False  # whether the sums below are those of ``jobs``
+
+    def update(self, nodes, running: list[RunningJob]) -> bool:
+        """Bring the sums to ``running`` on ``nodes``; False where the pass must add them up
+        anew (then ``keep`` them)."""
+        if self.nodes is None or len(nodes) != len(self.nodes) or any(
+                map(operator.is_not, nodes, self.nodes)):
+            self.nodes = list(nodes)
+            self.cluster = Cluster(nodes)
+            self.node_types, self.largest = _node_types(nodes)
+            self.whole_nodes = all(
+                type(n.gpus) is int and type(n.memory_mb) is int
+                and float(n.cpus).is_integer() and -2**50 < n.cpus < 2**50 for n in nodes)
+            self.sums = False
+        before, self.jobs = self.jobs, running
+        changed = None if before is None else changed_objects(before, running)
+        if changed is None:
+            self.inexact = sum(1 for rj in running if not _whole(rj))
+            self.sums = False
+            return False
+        gone, new = changed
+        self.inexact += (sum(1 for rj in new if not _whole(rj))
+                         - sum(1 for rj in gone if not _whole(rj)))
+        if not self.sums or self.inexact or not self.whole_nodes:
+            self.sums = False
+            return False
+        for rj in gone:
+            self._add(rj, -1)
+        for rj in new:
+            self._add(rj, +1)
+        return True
+
+    def _add(self, rj: RunningJob, sign: int) -> None:
+        r = rj.request
+        t = r.tenant
+        g, c, m, n = r.gpus_per_worker, r.cpus_per_worker, r.memory_mb_per_worker, r.workers
+        priorities = self.priorities.get(t)
+        if priorities is None:  # the tenant's first running job
+            self.used_g[t], self.used_c[t], self.used_m[t], self.used_j[t] = 0, 0.0, 0, 0
+            priorities = self.priorities[t] = {}
+        self.used_g[t] += sign * (n * g)
+        self.used_c[t] += sign * (n * c)
+        self.used_m[t] += sign * (n * m)
+        self.used_j[t] += sign
+        count = priorities.get(r.priority, 0) + sign
+        if count:
+            priorities[r.priority] = count
+        else:
+            del priorities[r.priority]
+        if not self.used_j[t]:  # it runs nothing now: not listed, as PassState has it
+            for used in (self.used_g, self.used_c, self.used_m, self.used_j, self.priorities):
+                del used[t]
+        index, fg, fc, fm = self.cluster.index, self.fg, self.fc, self.fm
+        for name, w in rj.placement.items():
+            i = index.get(name)
+            if i is not None:
+                fg[i] -= sign * (w * g)
+                fc[i] -= sign * (w * c)
+                fm[i] -= sign * (w * m)
+
+    def keep(self, state: PassState) -> None:
+        """Take the sums a pass added up anew (before it admits anything), where later
+        passes may update them."""
+        if self.inexact or not self.whole_nodes:
+            return
+        self.used_g, self.used_c = dict(state.used_g), dict(state.used_c)
+        self.used_m, self.used_j = dict(state.used_m), dict(state.used_j)
+        cl = state.cl
+        self.fg, self.fc, self.fm = list(cl.fg), list(cl.fc), list(cl.fm)
+        priorities: dict[str, dict[int, int]] = {}
+        for rj in state.running:
+            r = rj.request
+            counts = priorities.get(r.tenant)
+            if counts is None:
+                counts = priorities[r.tenant] = {}
+            counts[r.priority] = counts.get(r.priority, 0) + 1
+        self.priorities = priorities
+        self.sums = True
+
+    def take(self, state: PassState) -> None:
+        """Give ``state`` the sums (copies: the pass charges its admissions to them)."""
+        state.used_g, state.used_c = dict(self.used_g), dict(self.used_c)
+        state.used_m, state.used_j = dict(self.used_m), dict(self.used_j)
+        state.lowest_priority = {t: min(counts) for t, counts in self.priorities.items()}
+        cl = state.cl
+        cl.fg, cl.fc, cl.fm = list(self.fg), list(self.fc), list(self.fm)
+
+
 class PassState:
     """State shared by the Gantry policy and the FIFO baseline during one pass."""
 
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, usage: RunningUsage | None = None) -> None:
+        """The pass's state; ``usage``, the same object from pass to pass, keeps the running
+        jobs' sums (``RunningUsage``), the same as without it."""
         nodes = snapshot.nodes
-        self.cl = Cluster(nodes)
+        self.running: list[RunningJob] = list(snapshot.running)
+        # Sums kept from the pass before: ``usage.update`` first, for the nodes it keeps too.
+        summed = usage is not None and usage.update(nodes, self.running)
+        if usage is None:
+            self.cl = Cluster(nodes)
+            self.node_types, self.largest = _node_types(nodes)
+        else:
+            self.cl = usage.cluster.all_free()
+            self.node_types, self.largest = usage.node_types, usage.largest
         self.quotas = snapshot.quotas
-        types: dict[tuple, int] = {}
-        for n in nodes:
-            key = (n.gpus, float(n.cpus), n.memory_mb, n.gpu_model)
-            types[key] = types.get(key, 0) + 1
-        self.node_types = types
-        self.largest = (
-            max((n.gpus for n in nodes), default=0),
-            max((n.cpus for n in nodes), default=0),
-            max((n.memory_mb for n in nodes), default=0),
-        )
         self.shapes: dict[tuple, _ShapeInfo] = {}
         self.used_g: dict[str, int] = {}
         self.used_c: dict[str, float] = {}
         self.used_m: dict[str, int] = {}
         self.used_j: dict[str, int] = {}
-        self.running: list[RunningJob] = list(snapshot.running)
         # The GPUs each tenant is guaranteed, as the pass counts them: its quota's, or
         # rounded up to its widest job (``round_up_guarantees``).
         self.guaranteed: dict[str, int] = {t: q.guaranteed_gpus for t, q in self.quotas.items()}
         # The lowest priority each tenant runs (what preemption within a tenant looks at).
         self.lowest_priority: dict[str, int] = {}
+        if summed:
+            usage.take(self)
+        else:
+            self._add_up_running()
+            if usage is not None:
+                usage.keep(self)
+        self.cl.build()
+
+    def _add_up_running(self) -> None:
+        """What the running jobs hold: per tenant, and taken from each node's free amounts."""
         cl = self.cl
         used_g, used_c, used_m, used_j = self.used_g, self.used_c, self.used_m, self.used_j
         lowest = self.lowest_priority
@@ -74,7 +240,6 @@ class PassState:
                     fg[i] -= w * g
                     fc[i] -= w * c
                     fm[i] -= w * m
-        cl.build()
 
     def round_up_guarantees(self, pending) -> None:
         """``PolicyConfig.rounded_up_slice``: each tenant with a guarantee has it rounded up
@@ -170,10 +335,11 @@ class PassState:
         )
 
     def quota_block(self, r: JobRequest) -> str | None:
-        q = self.quotas[r.tenant]
         t = r.tenant
+        q = self.quotas[t]
         ug = self.used_g.get(t, 0)
-        if ug + r.total_gpus > q.max_gpus:
+        # (total_gpus > max_gpus, inline: once for each job the pass works out)
+        if ug + r.workers * r.gpus_per_worker > q.guaranteed_gpus + q.borrow_limit_gpus:
             if q.borrow_limit_gpus:
                 tail = f"and may borrow at most {q.borrow_limit_gpus} more"
             else:

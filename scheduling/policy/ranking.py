@@ -12,7 +12,7 @@ from operator import attrgetter, itemgetter
 
 from .data import INF, JobRequest, PolicyConfig, Snapshot
 from .entitlement import entitled_now
-from .quotas import PassState
+from .quotas import PassState, RunningUsage, changed_objects
 
 # A tenant's entitlement is never taken as less than this many GPUs (it divides).
 _MIN_SHARE = 0.05
@@ -21,7 +21,8 @@ _MIN_SHARE = 0.05
 _AT_ONCE_AFTER = 256
 _ID = attrgetter("id")
 _TENANT = attrgetter("tenant")
-_TIME = itemgetter(1)  # of a queue entry (``_entry``): its virtual submit time
+_NEGP = itemgetter(0)  # of a queue entry (``_entry``): -priority (x levels + its level)
+_TIME = itemgetter(1)  # ... its virtual submit time
 _REQUEST = itemgetter(4)  # ... and its request
 
 
@@ -106,59 +107,53 @@ class QueueCache:
     without an estimate are ranked again when the median estimate moves, a job whose
     attained service crosses a level when it does, and everything when the cluster's GPUs
     or the ranking's settings change. The queues are then exactly those ``_ranked_queues``
-    builds (tests/scheduling/test_pass_equivalence.py)."""
+    builds (tests/scheduling/test_pass_equivalence.py). It keeps the running jobs' sums
+    too (``running``: ``RunningUsage``)."""
 
-    __slots__ = ("params", "requests", "entries", "queues", "wanted", "estimates",
-                 "no_estimate", "typical", "levels", "shape_of", "shapes")
+    __slots__ = ("params", "pending", "entries", "queues", "wanted", "estimates",
+                 "no_estimate", "typical", "levels", "shape_of", "shapes", "running")
 
     def __init__(self) -> None:
         self.params: tuple | None = None
+        self.running = RunningUsage()
         # For SchedulePass.run: each job's shape as a number, and the shapes numbered.
         self.shape_of: dict[str, int] = {}
         self.shapes: dict[tuple, int] = {}
 
     def update(self, pend, params: tuple, attained) -> tuple[dict[str, list], dict[str, int]]:
         """The queues and pending GPUs for ``pend``, as ``_ranked_queues`` gives them."""
-        requests = dict(zip(map(_ID, pend), pend, strict=True))
-        if len(requests) != len(pend):  # two jobs with one id: nothing to keep
-            self.params = None
-            self.shape_of.clear()
-            return _ranked_queues(pend, params, attained)
-        if params != self.params:
-            return self._rebuild(requests, params, attained)
-        before = self.requests
-        ids = list(requests)
-        # New ids, and ids whose request is another object: ranked again.
-        again = set(itertools.compress(ids, map(operator.is_not, map(before.get, ids),
-                                                requests.values())))
+        pend = list(pend)
+        changed = None if params != self.params else changed_objects(self.pending, pend)
+        if changed is None:
+            return self._rebuild(pend, params, attained)
+        self.pending = pend
+        gone, new = changed
+        again: dict[str, JobRequest] = {}  # job id -> its request, to be ranked (again)
+        shape_of = self.shape_of
+        for r in gone:
+            self._remove(r.id)
+            shape_of.pop(r.id, None)
+        for r in new:
+            self._note(r)
+            again[r.id] = r
         thresholds = params[3]
         if thresholds:  # a job whose attained service is at another level now
-            levels = self.levels
-            maybe = attained.keys() & requests.keys()
-            maybe.update(levels.keys() & requests.keys())
+            levels, entries = self.levels, self.entries
+            maybe = attained.keys() & entries.keys()
+            maybe.update(levels.keys())
             for job_id in maybe:
                 got = attained.get(job_id)
                 level = sum(1 for th in thresholds if got >= th) if got else 0
                 if level != levels.get(job_id, 0):
-                    again.add(job_id)
-        gone = before.keys() - requests.keys()
+                    again[job_id] = self._remove(job_id, keep_estimate=True)
         if not again and not gone:
             return self._view()
-        shape_of = self.shape_of
-        for job_id in gone | (again & before.keys()):
-            self._remove(job_id)
-            shape_of.pop(job_id, None)
-        for job_id in again:
-            self._note(requests[job_id])
         typical = self._median()
         if typical != self.typical and self.no_estimate:
-            for job_id in self.no_estimate - again:
-                self._remove(job_id, keep_estimate=True)
-                again.add(job_id)
+            for job_id in self.no_estimate - again.keys():
+                again[job_id] = self._remove(job_id, keep_estimate=True)
         self.typical = typical
-        self.requests = requests
-        for job_id in again:
-            r = requests[job_id]
+        for job_id, r in again.items():
             entry = self.entries[job_id] = _entry(r, params, typical, attained)
             if thresholds and entry[0] != -r.priority * (len(thresholds) + 1):
                 self.levels[job_id] = entry[0] + r.priority * (len(thresholds) + 1)
@@ -167,14 +162,17 @@ class QueueCache:
                 self.queues[r.tenant] = [entry]
             else:
                 bisect.insort(queue, entry)
+        if len(self.entries) != len(pend):  # two jobs with one id: nothing to keep
+            return self._rebuild(pend, params, attained)
         return self._view()
 
-    def _rebuild(self, requests: dict, params: tuple, attained):
-        pend = list(requests.values())
+    def _rebuild(self, pend: list, params: tuple, attained):
+        """Rank every job anew (kept for the next pass unless two jobs share an id)."""
         self.shape_of.clear()
         self.shapes.clear()
         queues, wanted = _ranked_queues(pend, params, attained)
-        self.params, self.requests, self.queues, self.wanted = params, requests, queues, wanted
+        self.params, self.queues, self.wanted = params, queues, wanted
+        self.pending = pend
         self.entries = {x[3]: x for queue in queues.values() for x in queue}
         self.estimates = sorted(r.estimated_duration for r in pend
                                 if r.estimated_duration is not None)
@@ -184,8 +182,8 @@ class QueueCache:
         self.levels = {job_id: x[0] + x[4].priority * levels
                        for job_id, x in self.entries.items()
                        if x[0] != -x[4].priority * levels}
-        if len(requests) != len(pend):  # two jobs with one id: nothing to keep
-            self.params = None
+        if len(self.entries) != len(pend):
+            self.params = None  # two jobs with one id: nothing to keep
             self.shape_of.clear()
         return queues, wanted
 
@@ -204,7 +202,9 @@ class QueueCache:
         else:
             bisect.insort(self.estimates, r.estimated_duration)
 
-    def _remove(self, job_id: str, keep_estimate: bool = False) -> None:
+    def _remove(self, job_id: str, keep_estimate: bool = False) -> JobRequest:
+        """Take a job out of its queue (and its GPUs and estimate out of the counts, unless
+        ``keep_estimate``: it is ranked again); returns its request."""
         entry = self.entries.pop(job_id)
         r = entry[4]
         queue = self.queues[r.tenant]
@@ -212,14 +212,14 @@ class QueueCache:
         assert queue[i] is entry
         del queue[i]
         self.levels.pop(job_id, None)
-        if keep_estimate:
-            return
-        self.wanted[r.tenant] -= r.workers * r.gpus_per_worker
-        if r.estimated_duration is None:
-            self.no_estimate.discard(job_id)
-        else:
-            known = self.estimates
-            del known[bisect.bisect_left(known, r.estimated_duration)]
+        if not keep_estimate:
+            self.wanted[r.tenant] -= r.workers * r.gpus_per_worker
+            if r.estimated_duration is None:
+                self.no_estimate.discard(job_id)
+            else:
+                known = self.estimates
+                del known[bisect.bisect_left(known, r.estimated_duration)]
+        return r
 
 
 class Ranker:
@@ -257,7 +257,7 @@ class Ranker:
     """
 
     __slots__ = ("heap", "queues", "pos", "service", "share", "cfg", "ver", "plain", "used",
-                 "guar", "head_found", "now", "bonus", "cl", "admissions")
+                 "guar", "head_found", "now", "bonus", "cl", "admissions", "moved")
     # (The level of attained service rides in the priority slot: -priority x (levels + 1)
     # + level, so the queue tuples keep their shape.)
 
@@ -308,6 +308,9 @@ class Ranker:
         self.bonus = {t: self._bonus(t) for t in queues}
         self.heap: list = []
         self.admissions = 0
+        # Tenants admitted to before the merge (``_before_ranked``), whose heads the merge
+        # pushes once as it starts; None once it has (``admitted`` pushes them itself).
+        self.moved: dict[str, None] | None = {}
         for t in queues:
             self._push(t)
 
@@ -368,6 +371,10 @@ class Ranker:
         an admission (``admitted``) moved the tenant's key meanwhile. Once a run of jobs has
         gone by without an admission (most of a long queue waits), the rest is ordered at
         once (``_rest_in_order``) and walked until an admission moves the keys again."""
+        for t in self.moved:  # (their keys as they are now: pushed once, not per admission)
+            self.bonus[t] = self._bonus(t)
+            self._push(t)
+        self.moved = None
         heap, pos, queues, ver, bonus = self.heap, self.pos, self.queues, self.ver, self.bonus
         boost = self.cfg.guarantee_boost_s
         heappop, heapreplace = heapq.heappop, heapq.heapreplace
@@ -431,25 +438,33 @@ class Ranker:
     def _rest_in_order(self) -> list[JobRequest] | None:
         """Every job not yet merged, in the order the heap would merge them while no job is
         admitted: by (-priority, virtual submit time + its tenant's bonus), as ``_push`` keys
-        a head. Where no two of those times are equal, each tenant's jobs are already in that
-        order and the pair decides alone, so two sorts on one number each give it; None
-        where two are equal (or not a number), for the heap to break the tie by submit time
-        and id."""
-        jobs: list[tuple] = []
-        times: list[float] = []
+        a head. Each tenant's queue is in that order, a run of jobs per priority; where no two
+        times within a priority are equal, the runs of each priority are ordered by time
+        alone (a sort on one number); None where two are equal (or not a number), for the
+        heap to break the tie by submit time and id."""
+        by_priority: dict[int, tuple[list, list]] = {}  # -priority -> (jobs, their times)
         for t, queue in self.queues.items():
-            i = self.pos[t]
-            if i < len(queue):
-                rest = queue[i:]
-                jobs += rest
-                times += map(operator.add, map(_TIME, rest), itertools.repeat(self.bonus[t]))
-        if len(set(times)) != len(times) or math.isnan(sum(times)):
-            return None
-        order = sorted(range(len(times)), key=times.__getitem__)
-        priorities = list(map(itemgetter(0), jobs))
-        if len(set(priorities)) > 1:
-            order.sort(key=priorities.__getitem__)  # stable: by time within a priority
-        return list(map(_REQUEST, map(jobs.__getitem__, order)))
+            i, n = self.pos[t], len(queue)
+            while i < n:
+                negp = queue[i][0]
+                end = n if queue[-1][0] == negp else bisect.bisect_right(
+                    queue, negp, i, n, key=_NEGP)
+                run = queue[i:end]
+                group = by_priority.get(negp)
+                if group is None:
+                    group = by_priority[negp] = ([], [])
+                group[0].extend(run)
+                group[1].extend(map(operator.add, map(_TIME, run),
+                                    itertools.repeat(self.bonus[t])))
+                i = end
+        rest: list[JobRequest] = []
+        for negp in sorted(by_priority):
+            jobs, times = by_priority[negp]
+            if len(set(times)) != len(times) or math.isnan(sum(times)):
+                return None
+            order = sorted(range(len(times)), key=times.__getitem__)
+            rest += map(_REQUEST, map(jobs.__getitem__, order))
+        return rest
 
     def _walked(self, rest: list[JobRequest], taken: int) -> None:
         """The first ``taken`` jobs of ``rest`` (``_rest_in_order``) went by: each tenant's
@@ -553,10 +568,13 @@ class Ranker:
         """``r`` (already yielded) was admitted: its tenant's service grows."""
         if self.plain:
             return
-        t = r.tenant
-        self.service[t] += r.total_gpus
-        self.bonus[t] = self._bonus(t)
-        self.used[t] += r.total_gpus
-        self.ver[t] += 1
+        t, gpus = r.tenant, r.total_gpus
+        self.service[t] += gpus
+        self.used[t] += gpus
+        self.ver[t] += 1  # (its head in the heap is out of date)
         self.admissions += 1
-        self._push(t)
+        if self.moved is None:
+            self.bonus[t] = self._bonus(t)
+            self._push(t)
+        else:  # before the merge: its head is pushed as the merge starts
+            self.moved[t] = None

@@ -67,6 +67,7 @@ Policy, in order of application (``SchedulePass``, whose steps are named for the
 from __future__ import annotations
 
 import heapq
+import operator
 
 from .data import (
     INF,
@@ -79,7 +80,7 @@ from .data import (
     WaitReason,
 )
 from .messages import finish_decision, human_duration
-from .placement import fits_count
+from .placement import fits_count, fits_counts
 from .quotas import PassState
 from .ranking import QueueCache, Ranker
 
@@ -136,7 +137,7 @@ class SchedulePass:
     ) -> None:
         self.config = config or PolicyConfig()
         self.now = now
-        self.state = PassState(snapshot)
+        self.state = PassState(snapshot, None if cache is None else cache.running)
         if self.config.rounded_up_slice:
             self.state.round_up_guarantees(snapshot.pending)
         self.cluster = self.state.cl
@@ -415,14 +416,12 @@ class SchedulePass:
         cluster = self.cluster
         n = len(cluster.fg)
         free_g, free_c, free_m = list(cluster.fg), list(cluster.fc), list(cluster.fm)
+        fits = fits_counts(free_g, free_c, free_m, g, c, m)
         if job.gpu_model:
             right_model = [model == job.gpu_model for model in cluster.model]
-            fits = [fits_count(free_g[i], free_c[i], free_m[i], g, c, m) if right_model[i] else 0
-                    for i in range(n)]
+            fits = list(map(operator.mul, fits, right_model))  # (0 on another model)
         else:  # every node
             right_model = [True] * n
-            fits = [fits_count(fg, fc, fm, g, c, m)
-                    for fg, fc, fm in zip(free_g, free_c, free_m, strict=True)]
         total = sum(fits)
         if total >= job.workers:
             return self.now, free_g, free_c, free_m, fits
