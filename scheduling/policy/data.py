@@ -208,9 +208,10 @@ class PolicyConfig:
     # bench/scheduler_fairness.py (10 Philly windows, Alibaba x3, 6 synthetic seeds): with
     # these defaults (no reclaim in the simulator) rho <= 1 in 81% / 100% / 79% of the
     # tenant-windows (issue 28's order: 73% / 100% / 73%); with jobs that checkpoint,
-    # reclaim within 0-300 s (guards off, that long a minimum runtime) and
-    # las_preempt_borrowed the guarantee-fit p95 wait stays within 6 min in every window and
-    # rho <= 1 in 88-96% / 100% / 77-82% (the goal, 95% and none above 1.5, is not met).
+    # reclaim at once and las_preempt_borrowed: 94% / 100% / 82% and the guarantee-fit
+    # p95 wait 0 in every window. With guarantee_first in its place (only the guaranteed
+    # jobs that fit free capacity first; the sweep's "_gf") two points meet every goal on
+    # Philly, none on the synthetic trace (docs/admins/scheduling.md).
     guarantees_before_rank: bool = True
     # Attained-service (Tiresias-style LAS) levels of borrowed work: a job's GPU-seconds of
     # service (Snapshot.attained) below the first threshold is level 0, then 1, 2...; a lower
@@ -218,13 +219,16 @@ class PolicyConfig:
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36_000.0)
     # ... and a job may preempt a borrowed job, or one of its own tenant's, of the same
     # priority and a higher level (as the LAS reference does; worth it only where jobs resume
-    # from checkpoints, and min_runtime_before_preempt_s still applies).
+    # from checkpoints, and min_runtime_before_preempt_s still applies). A tenant's guarantee
+    # then covers its least-served running jobs first (SchedulePass._borrowed_jobs).
     las_preempt_borrowed: bool = False
     # A tenant's guarantee is rounded up to its widest job running or waiting (within its
     # quota's limit), as the private slice the sharing incentive compares with is: a gang
     # wider than the guarantee then starts by reclaiming borrowed GPUs and is not borrowed
-    # itself (PassState.round_up_guarantees). Off: bench/scheduler_fairness.py measured
-    # rho <= 1 in 98% of Philly's tenant-windows (largest 1.03) and 92% of the synthetic
-    # trace's with it (reclaim at once), but one Philly window's p95 wait at 5.3x EASY's
-    # and other tenants' guarantee-fit jobs waiting behind gangs they cannot take back.
+    # itself (PassState.round_up_guarantees). Off: in bench/scheduler_fairness.py's sweep it
+    # is the only way rho <= 1 reaches 95% of the synthetic trace's tenant-windows (97% at
+    # one point, largest 1.12; 100% on Philly), but the rounded guarantees add up to more
+    # than the cluster, so the other tenants' jobs wait behind gangs they cannot take back:
+    # the synthetic trace's geo-mean p95 wait is 5.3x LAS's, Philly's worst window 1.16-5.3x
+    # EASY's.
     rounded_up_slice: bool = False
