@@ -221,6 +221,21 @@ def test_with_las_preemption_a_tenants_most_served_job_is_the_borrowed_one():
     assert schedule(snap, 10_800.0).preempt == []  # no LAS preemption: no victim
 
 
+def test_las_preemption_takes_the_most_served_job_first():
+    # b borrows both GPUs: "long" has 11 GPU-hours (level 2), "mid" 1.4 (level 1). a's
+    # fresh job needs one GPU: LAS takes it from "long", though "mid" has run for less and
+    # would lose less (the checkpoint-aware order without LAS preemption).
+    nodes = [Node("n0", 2, 16, 128_000)]
+    quotas = {"a": Quota("a", 0, 1), "b": Quota("b", 0, 2)}
+    busy = [RunningJob(_req("long", "b"), {"n0": 1}, 0.0),
+            RunningJob(_req("mid", "b"), {"n0": 1}, 35_000.0)]
+    snap = Snapshot(nodes, quotas, busy, [_req("a0", "a", submit=40_000.0)])
+    cfg = PolicyConfig(las_preempt_borrowed=True, checkpoint_aware=True,
+                       min_runtime_before_preempt_s=0.0)
+    d = schedule(snap, 40_000.0, cfg)
+    assert d.admit == [("a0", {"n0": 1})] and [v for v, _ in d.preempt] == ["long"]
+
+
 def test_a_tenant_running_nothing_has_its_wide_job_counted_as_within_its_guarantee():
     # small is guaranteed 2 GPUs but runs nothing and queues one 8-GPU job: as its private
     # slice is rounded up to that job, the job comes before the flood's borrowed work.
