@@ -9,7 +9,8 @@ the virtual clusters (``--philly-starts``; a subset, listed in the JSON, because
 windows x every configuration do not fit a shared 2-core machine), the Alibaba openb week
 compressed ``--alibaba-speedups`` times onto 4 nodes (QoS classes as tenants), and the
 synthetic held-out-shaped trace (``scheduling.traces.synthetic_trace``, ``--synthetic-seeds``,
-1,000 jobs on 8 nodes). Per window: EASY, LAS (the size-blind reference, perfect
+1,000 jobs on 8 nodes, at the offered loads ``--synthetic-loads``: 1.1 times the cluster is
+trace ``synthetic``, the others ``synthetic_load<L>``). Per window: EASY, LAS (the size-blind reference, perfect
 checkpoints) and each Gantry configuration of the sweep, all with the sharing incentive
 (``scheduling.sim_metrics``: the private slices are replayed once per window).
 
@@ -245,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--alibaba-speedups", default="10,20,40")
     ap.add_argument("--synthetic-seeds", default="0,1,2,3,4,5")
+    ap.add_argument("--synthetic-loads", default="1.1,0.7",
+                    help="offered GPU time over the cluster's: the first is trace 'synthetic', "
+                    "the others 'synthetic_load<L>'")
     ap.add_argument("--reclaims", default="0,300", help="reclaim windows (s)")
     ap.add_argument("--las-scales", default="0.5,1,2", help="x 1 and 10 GPU-hours")
     ap.add_argument("--size-weights", default="0.1,0.25,0.5")
@@ -289,10 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         (f"x{k:g}", [replace(j, submit_time=j.submit_time / k) for j in ali], ali_nodes, ali_q)
         for k in (float(x) for x in args.alibaba_speedups.split(",") if x)
     ]
-    traces["synthetic"] = []
-    for seed in (int(x) for x in args.synthetic_seeds.split(",") if x):
-        jobs, q = synthetic_trace(args.count, seed=seed, cluster_gpus=8 * args.nodes)
-        traces["synthetic"].append((f"seed{seed}", jobs, nodes, q))
+    for k, load in enumerate(float(x) for x in args.synthetic_loads.split(",") if x):
+        name = "synthetic" if k == 0 else f"synthetic_load{load:g}"
+        traces[name] = []
+        for seed in (int(x) for x in args.synthetic_seeds.split(",") if x):
+            jobs, q = synthetic_trace(args.count, seed=seed, cluster_gpus=8 * args.nodes,
+                                      load=load)
+            traces[name].append((f"seed{seed}", jobs, nodes, q))
     results: dict = {
         "generated_by": "bench/scheduler_fairness.py",
         "estimate": "realistic",
@@ -304,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             "nodes": args.nodes,
             "alibaba_speedups": args.alibaba_speedups,
             "synthetic_seeds": args.synthetic_seeds,
+            "synthetic_loads": args.synthetic_loads,
             "rho_min_jobs": RHO_MIN_JOBS,
             "p95_floor_s": P95_FLOOR_S,
             "guarantee_promise_s": args.promise_s,

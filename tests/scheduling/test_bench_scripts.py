@@ -82,11 +82,12 @@ def test_the_fairness_sweep_reports_every_goal_per_trace_and_configuration(tmp_p
     """bench/scheduler_fairness.py (issue 40) on one tiny window of each trace."""
     out = tmp_path / "fairness.json"
     run_script("scheduler_fairness.py", "--philly-starts", "0", "--count", "150", "--nodes", "2",
-               "--alibaba-speedups", "20", "--synthetic-seeds", "0", "--reclaims", "900",
+               "--alibaba-speedups", "20", "--synthetic-seeds", "0", "--synthetic-loads", "1.1,0.7",
+               "--reclaims", "900",
                "--las-scales", "1", "--size-weights", "0.5", "--procs", "2",
                "--out", str(out))
     res = json.loads(out.read_text())
-    assert set(res["traces"]) == {"philly", "alibaba", "synthetic"}
+    assert set(res["traces"]) == {"philly", "alibaba", "synthetic", "synthetic_load0.7"}
     for trace in res["traces"].values():
         summary = trace["summary"]
         swept = {"W900_las1_size0.5", "W900_las1_size0.5_rounded",
