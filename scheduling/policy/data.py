@@ -210,8 +210,8 @@ class PolicyConfig:
     # tenant-windows (issue 28's order: 73% / 100% / 73%); with jobs that checkpoint,
     # reclaim at once and las_preempt_borrowed: 94% / 100% / 82% and the guarantee-fit
     # p95 wait 0 in every window. With guarantee_first in its place (only the guaranteed
-    # jobs that fit free capacity first; the sweep's "_gf") two points meet every goal on
-    # Philly, none on the synthetic trace (docs/admins/scheduling.md).
+    # jobs that fit free capacity first; the sweep's "_gf") one point meets every goal on
+    # Philly, none on the synthetic trace at load 1.1 (docs/admins/scheduling.md).
     guarantees_before_rank: bool = True
     # Attained-service (Tiresias-style LAS) levels of borrowed work: a job's GPU-seconds of
     # service (Snapshot.attained) below the first threshold is level 0, then 1, 2...; a lower
@@ -226,9 +226,9 @@ class PolicyConfig:
     # quota's limit), as the private slice the sharing incentive compares with is: a gang
     # wider than the guarantee then starts by reclaiming borrowed GPUs and is not borrowed
     # itself (PassState.round_up_guarantees). Off: in bench/scheduler_fairness.py's sweep it
-    # is the only way rho <= 1 reaches 95% of the synthetic trace's tenant-windows (97% at
-    # one point, largest 1.12; 100% on Philly), but the rounded guarantees add up to more
+    # brings rho <= 1 closest to 95% of the synthetic trace's tenant-windows at load 1.1
+    # (94% at best, largest 1.20; 98% on Philly), but the rounded guarantees add up to more
     # than the cluster, so the other tenants' jobs wait behind gangs they cannot take back:
-    # the synthetic trace's geo-mean p95 wait is 5.3x LAS's, Philly's worst window 1.16-5.3x
-    # EASY's.
+    # that trace's geo-mean p95 wait is then 6.3x LAS's, and Philly's worst window
+    # 1.09-2.03x EASY's.
     rounded_up_slice: bool = False
