@@ -59,7 +59,8 @@ Policy, in order of application (``SchedulePass``, whose steps are named for the
    its attained-service level (``las_thresholds_gpu_s``, Tiresias-style) first within a
    priority; with ``las_preempt_borrowed`` (off by default: it assumes jobs resume from
    checkpoints) a borrowed job, or one of the job's own tenant, of the same priority and a
-   higher level may be preempted for it.
+   higher level may be preempted for it, the most served first; a tenant's guarantee then
+   covers its least-served running jobs, so what it borrows is its longest-served work.
 8. **Explanations.** Every job left waiting gets a code, a plain-words message, its 1-based
    position among waiting jobs and, where computable, an estimated start.
 """
