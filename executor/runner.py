@@ -283,7 +283,7 @@ class Runner:
 
     def _command_env(self, outputs_dir: str) -> dict[str, str]:
         """The command's environment: the executor's without its token, the spec's
-        variables, and GANTRY_* naming the job, its outputs, metrics and preempt files."""
+        variables, and GANTRY_* naming the job, its attempt, outputs, metrics and preempt files."""
         env = dict(os.environ)
         env.pop("GANTRY_JOB_TOKEN", None)
         env.pop(sandbox.SPEC_ENV, None)
@@ -299,6 +299,8 @@ class Runner:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.spec.get("attempt") is not None:  # 1, then 2... for each retry
+            env["GANTRY_ATTEMPT"] = str(self.spec["attempt"])
         env.update(self._mlflow_env())
         env.update(self.checkpoints.env())
         return env

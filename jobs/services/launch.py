@@ -172,6 +172,7 @@ def job_spec_for_executor(job: Job, rank: int) -> dict[str, Any]:
     JobWorker.objects.filter(pk=worker.pk).update(last_heartbeat_at=timezone.now())
     return {
         "job": job.pk,
+        "attempt": job.attempt,
         "kind": job.kind,
         "command": backend.command(job, worker),
         "env": backend.environment(job, worker),

@@ -238,12 +238,25 @@ def diagnosis(real_node, job, ns: str) -> str:
     pods = core.list_namespaced_pod(ns).items
     events = [f"{e.reason}: {e.message}" for e in core.list_namespaced_event(ns).items]
     lines = [line["text"] for c in LogChunk.objects.filter(job=job) for line in c.lines()]
+    timeline = [f"{e.at:%H:%M:%S.%f} {e.to_state}: {e.reason}" for e in job.events.order_by("at")]
+    arrived = [f"{c.created_at:%H:%M:%S.%f} seq {c.first_seq}-{c.last_seq}"
+               for c in LogChunk.objects.filter(job=job).order_by("pk")]  # fmt: skip
+    executors = []  # what the executors wrote to stderr: retries, the server unreachable
+    for p in pods:
+        try:
+            said = core.read_namespaced_pod_log(p.metadata.name, ns, tail_lines=20)
+        except client.ApiException as exc:
+            said = f"(no log: {exc.reason})"
+        executors += [f"--- executor in {p.metadata.name}", said]
     return "\n".join(
         [
             f"job {job.state}: {job.state_reason}",
             *(f"pod {p.metadata.name} {p.status.phase} {p.status.container_statuses}" for p in pods),
             *events,
+            "--- job timeline", *timeline,
+            "--- log chunks received", *arrived,
             "--- job log", *lines[-30:],
+            *executors,
             "--- kubelet", node.log_tail("kubelet", 20),
             "--- containerd", node.log_tail("containerd", 10),
         ]
@@ -392,7 +405,11 @@ def test_a_pod_evicted_mid_run_ends_the_attempt_and_the_next_one_runs_to_the_end
 
     _, _, registry, _ = real_node
     project, ns = real_tenant(gantry, owner, registry, "evicted")
-    script = "import time\nprint('working', flush=True)\ntime.sleep(20)\nprint('done')\n"
+    # The first attempt waits to be evicted however late its reports arrive; the retry ends.
+    script = (
+        "import os, time\nprint('working', flush=True)\n"
+        "time.sleep(600 if os.environ['GANTRY_ATTEMPT'] == '1' else 0)\nprint('done')\n"
+    )
     job = gantry.submit(
         owner, project, name="evicted", cpus=1, max_retries=1,
         command=f"python -c {shlex.quote(script)}",
@@ -518,7 +535,8 @@ for epoch in range(start, 8):
         pickle.dump((epoch + 1, model), f)
     checkpoint("state.pkl", step=epoch + 1)
     print("epoch", epoch + 1, flush=True)
-    time.sleep(1.5)
+    # The first attempt waits for its eviction after two checkpoints, however late they land.
+    time.sleep(600 if epoch >= 1 and os.environ["GANTRY_ATTEMPT"] == "1" else 1.5)
 weights = model.coef_.tobytes() + model.intercept_.tobytes()
 print("weights", hashlib.sha256(weights).hexdigest(), flush=True)
 """
